@@ -1,0 +1,156 @@
+"""Reply consumers.
+
+``ReplyListener`` reads a reply topic from its end, without a consumer group (so no group
+join delay), and resolves the futures of the requests its process sent; a second reply for the
+same request is dropped and counted. ``stream_replies`` is for users who read a reply topic as
+a stream, optionally in a consumer group with committed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+from kafka.structs import TopicPartition
+from pydantic import ValidationError
+
+from runtime import connections
+from runtime.settings import Settings
+from schemas.messages import Reply
+
+log = logging.getLogger(__name__)
+
+ReplyKey = tuple[str, str]  # (tenant, request_id)
+
+
+class ReplyListener:
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.topic = topic
+        self._consumer = connections.consumer(settings, group_id=None)
+        parts = self._consumer.partitions_for_topic(topic) or {0}
+        self._partitions = [TopicPartition(topic, p) for p in sorted(parts)]
+        self._consumer.assign(self._partitions)
+        self._consumer.seek_to_end(*self._partitions)
+        for tp in self._partitions:  # resolve the end now: replies sent after this are ours
+            self._consumer.position(tp)
+        self._futures: dict[ReplyKey, Future[Reply]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reply-listener", daemon=True)
+        self.duplicates = 0
+        self.unmatched = 0
+
+    def start(self) -> ReplyListener:
+        self._thread.start()
+        return self
+
+    def expect(self, tenant: str, request_id: str) -> Future[Reply]:
+        future: Future[Reply] = Future()
+        with self._lock:
+            self._futures[(tenant, request_id)] = future
+        return future
+
+    def forget(self, tenant: str, request_id: str) -> None:
+        with self._lock:
+            self._futures.pop((tenant, request_id), None)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._futures)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        seen: OrderedDict[ReplyKey, None] = OrderedDict()
+        while not self._stop.is_set():
+            try:
+                polled = self._consumer.poll(timeout_ms=50)
+            except Exception:
+                log.exception("reply poll failed")
+                time.sleep(0.5)
+                continue
+            for records in polled.values():
+                for record in records:
+                    try:
+                        reply = Reply.model_validate_json(record.value)
+                    except ValidationError:
+                        log.warning("unreadable reply at %s@%d", record.topic, record.offset)
+                        continue
+                    key = (reply.tenant, reply.request_id)
+                    with self._lock:
+                        future = self._futures.pop(key, None)
+                    if future is not None:
+                        seen[key] = None
+                        if len(seen) > 100_000:
+                            seen.popitem(last=False)
+                        future.set_result(reply)
+                    elif key in seen:
+                        self.duplicates += 1
+                    else:
+                        self.unmatched += 1
+
+
+def stream_replies(
+    settings: Settings,
+    topic: str,
+    *,
+    group_id: str | None = None,
+    from_beginning: bool = False,
+    idle_timeout_s: float | None = None,
+) -> Iterator[Reply]:
+    """Yield replies from ``topic`` in order, each (tenant, request_id) once.
+
+    With ``group_id`` offsets are committed after each yielded poll, so a restarted reader
+    carries on where it stopped. ``idle_timeout_s`` ends the stream after that long with
+    nothing new.
+    """
+    consumer = connections.consumer(
+        settings,
+        group_id=group_id,
+        auto_offset_reset="earliest" if from_beginning else "latest",
+    )
+    if group_id is None:
+        parts = consumer.partitions_for_topic(topic) or {0}
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        if from_beginning:
+            consumer.seek_to_beginning(*tps)
+        else:
+            consumer.seek_to_end(*tps)
+    else:
+        consumer.subscribe([topic])
+    seen: OrderedDict[ReplyKey, None] = OrderedDict()
+    last_record = time.monotonic()
+    try:
+        while True:
+            polled = consumer.poll(timeout_ms=100)
+            if not polled:
+                if idle_timeout_s is not None and time.monotonic() - last_record > idle_timeout_s:
+                    return
+                continue
+            last_record = time.monotonic()
+            for records in polled.values():
+                for record in records:
+                    try:
+                        reply = Reply.model_validate_json(record.value)
+                    except ValidationError:
+                        continue
+                    key = (reply.tenant, reply.request_id)
+                    if key in seen:
+                        continue
+                    seen[key] = None
+                    if len(seen) > 100_000:
+                        seen.popitem(last=False)
+                    yield reply
+            if group_id is not None:
+                consumer.commit()
+    finally:
+        consumer.close()

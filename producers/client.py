@@ -1,0 +1,186 @@
+"""``Client``: submit texts, get futures of replies.
+
+    with Client(tenant="acme") as client:
+        vectors = client.embed(["a sentence", "another one"])
+        future = client.submit("one more")        # concurrent.futures.Future[Reply]
+        reply = future.result(timeout=30)
+
+Requests are checked before they are sent (empty, unknown model, too long without
+``truncate=True``), counted with the model's tokenizer, and produced to the topic of their
+length bucket with key = request_id. Replies arrive on the client's reply topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+
+from consumers.replies import ReplyListener
+from producers.tokens import count_tokens
+from runtime import connections
+from runtime.models import model_spec
+from runtime.settings import Settings
+from schemas.buckets import bucket_for
+from schemas.errors import (
+    EmptyInputError,
+    InputTooLongError,
+    ReplyTimeoutError,
+    RequestFailedError,
+)
+from schemas.messages import EmbedParams, Reply, Request
+from schemas.topics import Topics
+
+
+@dataclass(frozen=True)
+class Submission:
+    request: Request
+    bucket: int
+    future: Future[Reply]
+
+    def result(self, timeout_s: float | None = None) -> Reply:
+        try:
+            return self.future.result(timeout=timeout_s)
+        except FutureTimeout as exc:
+            raise ReplyTimeoutError(
+                f"no reply for {self.request.request_id} within {timeout_s}s"
+            ) from exc
+
+
+class Client:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        tenant: str = "default",
+        reply_topic: str | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.tenant = tenant
+        self.topics = Topics(self.settings.topic_prefix)
+        self.reply_topic = reply_topic or self.topics.replies("default")
+        connections.ensure_topics(
+            self.settings, [self.topics.requests(b) for b in self.settings.buckets]
+        )
+        connections.ensure_topics(self.settings, [self.reply_topic], partitions=1)
+        self._producer = connections.producer(self.settings)
+        self._listener = ReplyListener(self.settings, self.reply_topic).start()
+
+    # --- building requests ---------------------------------------------------------------------
+    def prepare(
+        self,
+        texts: Sequence[str],
+        *,
+        model: str | None = None,
+        request_ids: Sequence[str] | None = None,
+        truncate: bool = False,
+        normalize: bool = True,
+        timeout_s: float | None = None,
+    ) -> list[tuple[Request, int]]:
+        """Validate and count ``texts``; returns each request with its bucket. Raises a
+        ``InvalidRequestError`` subclass naming the first bad text."""
+        model = model or self.settings.model
+        spec = model_spec(model)  # UnknownModelError
+        if request_ids is not None and len(request_ids) != len(texts):
+            raise ValueError("request_ids and texts differ in length")
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise EmptyInputError(f"text {i} is empty")
+        counts = count_tokens(model, list(texts))
+        limit = min(spec.max_tokens, self.settings.buckets[-1])
+        now = datetime.now(UTC)
+        deadline = now + timedelta(seconds=timeout_s) if timeout_s is not None else None
+        params = EmbedParams(truncate=truncate, normalize=normalize)
+        out = []
+        for i, (text, tokens) in enumerate(zip(texts, counts, strict=True)):
+            if tokens > limit:
+                if not truncate:
+                    raise InputTooLongError(
+                        f"text {i} has {tokens} tokens; {model} takes at most {limit}. "
+                        "Pass truncate=True to cut it."
+                    )
+                tokens = limit
+            request = Request(
+                request_id=request_ids[i] if request_ids is not None else uuid.uuid4().hex,
+                tenant=self.tenant,
+                model=model,
+                input=text,
+                params=params,
+                reply_to=self.reply_topic,
+                deadline=deadline,
+                created_at=now,
+                token_count=tokens,
+            )
+            out.append((request, bucket_for(tokens, self.settings.buckets)))
+        return out
+
+    # --- sending ---------------------------------------------------------------------------------
+    def send(self, request: Request, bucket: int) -> Submission:
+        """Produce a prepared request (no checks) and return its submission."""
+        future = self._listener.expect(request.tenant, request.request_id)
+        self._producer.send(
+            self.topics.requests(bucket),
+            key=request.request_id.encode(),
+            value=request.model_dump_json().encode(),
+        )
+        return Submission(request=request, bucket=bucket, future=future)
+
+    def submit_many(self, texts: Sequence[str], **options: object) -> list[Submission]:
+        prepared = self.prepare(texts, **options)  # type: ignore[arg-type]
+        submissions = [self.send(request, bucket) for request, bucket in prepared]
+        self._producer.flush()
+        return submissions
+
+    def submit(self, text: str, *, request_id: str | None = None, **options: object) -> Submission:
+        ids = [request_id] if request_id is not None else None
+        return self.submit_many([text], request_ids=ids, **options)[0]
+
+    def embed(
+        self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
+    ) -> list[list[float]]:
+        """Embeddings of ``texts`` in order; raises RequestFailedError on an error reply."""
+        submissions = self.submit_many(texts, **options)
+        return [_embedding(s.result(wait_s)) for s in submissions]
+
+    async def aembed(
+        self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
+    ) -> list[list[float]]:
+        submissions = await asyncio.to_thread(self.submit_many, texts, **options)
+        replies = await asyncio.wait_for(
+            asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), wait_s
+        )
+        return [_embedding(r) for r in replies]
+
+    async def asubmit(self, text: str, **options: object) -> Reply:
+        submission = await asyncio.to_thread(self.submit, text, **options)
+        return await asyncio.wrap_future(submission.future)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    @property
+    def duplicate_replies(self) -> int:
+        return self._listener.duplicates
+
+    def close(self) -> None:
+        self._producer.close(timeout=5)
+        self._listener.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _embedding(reply: Reply) -> list[float]:
+    if reply.error is not None:
+        raise RequestFailedError(reply.request_id, reply.error)
+    assert reply.result is not None
+    return reply.result.embedding

@@ -1,0 +1,1 @@
+"""Runtime plumbing shared by every process: settings, connections, the local stack, the CLI."""

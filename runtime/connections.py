@@ -1,0 +1,89 @@
+"""Clients for Kafka, Redis and Celery, configured from Settings in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+from celery import Celery
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from runtime.settings import Settings
+
+# tansu holds JoinGroup for about the rebalance timeout: keep these short (ENVIRONMENT.md).
+GROUP_TIMEOUTS: dict[str, int] = {
+    "max_poll_interval_ms": 5000,
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 1000,
+}
+
+
+def producer(settings: Settings, **overrides: Any) -> KafkaProducer:
+    options: dict[str, Any] = {
+        **settings.kafka_options(),
+        "linger_ms": 0,
+        "acks": "all",
+        "max_block_ms": 10_000,
+        **overrides,
+    }
+    return KafkaProducer(**options)
+
+
+def consumer(settings: Settings, *topics: str, **overrides: Any) -> KafkaConsumer:
+    options: dict[str, Any] = {
+        **settings.kafka_options(),
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "fetch_max_wait_ms": 5,
+        **GROUP_TIMEOUTS,
+        **overrides,
+    }
+    return KafkaConsumer(*topics, **options)
+
+
+def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | None = None) -> None:
+    """Create the topics that do not exist yet."""
+    admin = KafkaAdminClient(**settings.kafka_options())
+    try:
+        existing = set(admin.list_topics())
+        wanted = [n for n in dict.fromkeys(names) if n not in existing]
+        if not wanted:
+            return
+        count = partitions or settings.request_partitions
+        for name in wanted:
+            try:
+                admin.create_topics([NewTopic(name, count, 1)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(
+        settings.redis_url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=10
+    )
+
+
+def celery_app(settings: Settings) -> Celery:
+    """A Celery app on the Redis broker, JSON only, late acks, prefetch 1."""
+    app = Celery("headrace", broker=settings.redis_url)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+    )
+    return app

@@ -1,0 +1,111 @@
+"""One typed settings object for every headrace process.
+
+Values come, highest priority first, from keyword arguments, environment variables
+(``HEADRACE_*``; nested fields use ``__``), a TOML file named by ``HEADRACE_CONFIG``,
+and the defaults below, which point at the embedded local stack (``headrace dev up``).
+Secrets are never defaults: they come from the environment or the TOML file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from schemas.buckets import DEFAULT_BUCKETS, validate_boundaries
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HEADRACE_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    # --- connections -----------------------------------------------------------------
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    redis_url: str = "redis://127.0.0.1:16379/0"
+    s3_endpoint_url: str = "http://127.0.0.1:18333"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_region: str = "us-east-1"
+    sql_url: str = "sqlite:///.headrace/headrace.db"
+
+    # --- naming ----------------------------------------------------------------------
+    topic_prefix: str = "headrace"
+    request_partitions: int = Field(default=1, ge=1)
+    state_dir: Path = Path(".headrace")
+
+    # --- model -----------------------------------------------------------------------
+    model: str = "all-MiniLM-L6-v2"
+    torch_threads: int | None = None
+    device: str = "auto"  # "auto" picks cuda when present, else cpu
+    load_weights_timeout_s: float = Field(default=300.0, gt=0)
+    build_timeout_s: float = Field(default=300.0, gt=0)
+    warm_up_timeout_s: float = Field(default=300.0, gt=0)
+
+    # --- batching (units in the names) ---------------------------------------------------
+    buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_BUCKETS))
+    max_batch_tokens: int = Field(default=4096, ge=1)  # padded tokens: rows x longest row
+    max_wait_ms: float = Field(default=20.0, ge=0)
+    max_inflight_batches_per_bucket: int = Field(default=8, ge=1)
+    lease_base_s: float = Field(default=30.0, gt=0)
+    lease_s_per_1k_tokens: float = Field(default=2.0, ge=0)
+    commit_interval_ms: float = Field(default=100.0, ge=0)
+    answered_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+
+    @field_validator("buckets")
+    @classmethod
+    def _check_buckets(cls, value: list[int]) -> list[int]:
+        return validate_boundaries(value)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_path = os.environ.get("HEADRACE_CONFIG")
+        if config_path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_path)))
+        sources.append(file_secret_settings)
+        return tuple(sources)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        return cls(**overrides)
+
+    # --- derived ---------------------------------------------------------------------
+    def kafka_options(self) -> dict[str, Any]:
+        """Connection options shared by every kafka-python client."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.kafka_bootstrap.split(","),
+            "security_protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_sasl_mechanism:
+            options["sasl_mechanism"] = self.kafka_sasl_mechanism
+            options["sasl_plain_username"] = self.kafka_sasl_username
+            if self.kafka_sasl_password is not None:
+                options["sasl_plain_password"] = self.kafka_sasl_password.get_secret_value()
+        return options
+
+    def port_of(self, url: str) -> int:
+        parsed = urlparse(url if "://" in url else f"tcp://{url}")
+        if parsed.port is None:
+            raise ValueError(f"no port in {url!r}")
+        return parsed.port

@@ -1,0 +1,69 @@
+"""Typed error codes carried in replies and dead-letter records."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ErrorCode(StrEnum):
+    invalid_json = "invalid_json"
+    invalid_schema = "invalid_schema"
+    empty_input = "empty_input"
+    input_too_long = "input_too_long"
+    unknown_model = "unknown_model"
+    deadline_exceeded = "deadline_exceeded"
+    cancelled = "cancelled"
+    model_error = "model_error"
+    internal = "internal"
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: ErrorCode
+    message: str
+
+
+class HeadraceError(Exception):
+    """Root of every error headrace raises to a user.
+
+    HeadraceError
+    ├── InvalidRequestError      the request was refused before it was sent
+    │   ├── EmptyInputError
+    │   ├── InputTooLongError
+    │   └── UnknownModelError
+    ├── RequestFailedError       the pipeline answered with a typed error (``.code``)
+    └── ReplyTimeoutError        no reply within the caller's timeout
+    """
+
+    code: ErrorCode = ErrorCode.internal
+
+
+class InvalidRequestError(HeadraceError, ValueError):
+    code = ErrorCode.invalid_schema
+
+
+class EmptyInputError(InvalidRequestError):
+    code = ErrorCode.empty_input
+
+
+class InputTooLongError(InvalidRequestError):
+    code = ErrorCode.input_too_long
+
+
+class UnknownModelError(InvalidRequestError, LookupError):
+    code = ErrorCode.unknown_model
+
+
+class RequestFailedError(HeadraceError):
+    def __init__(self, request_id: str, error: ErrorInfo) -> None:
+        super().__init__(f"request {request_id} failed: {error.code.value}: {error.message}")
+        self.request_id = request_id
+        self.code = error.code
+        self.error = error
+
+
+class ReplyTimeoutError(HeadraceError, TimeoutError):
+    pass

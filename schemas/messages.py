@@ -1,0 +1,150 @@
+"""Messages on the wire (Kafka, Celery, Redis). Every one carries ``schema_version``.
+
+Request and Reply are the public contract (JSON Schema exported by ``headrace schema export``);
+Batch and Completion are the internal contract between dispatcher and worker.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal, Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from schemas.errors import ErrorCode, ErrorInfo
+
+SCHEMA_VERSION = 1
+MAX_INPUT_CHARS = 1_000_000  # a hard byte-ish ceiling; the token limit is the model's
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+=-]+$")
+]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class EmbedParams(_Message):
+    """Parameters that change the output (and so belong in any cache key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    truncate: bool = False  # cut inputs past the model's max length instead of failing
+    normalize: bool = True  # L2-normalise the pooled embedding
+
+
+class Request(_Message):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request_id: Identifier
+    tenant: Identifier
+    model: Identifier
+    task: Literal["embed"] = "embed"
+    input: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    params: EmbedParams = EmbedParams()
+    reply_to: Annotated[str, StringConstraints(min_length=1, max_length=249)]
+    deadline: AwareDatetime | None = None
+    created_at: AwareDatetime = Field(default_factory=utc_now)
+    token_count: Annotated[int, Field(ge=0)] | None = None
+
+
+class Timings(_Message):
+    """Where a request's time went, in milliseconds.
+
+    queued_ms: created_at -> the dispatcher read it; batch_wait_ms: read -> its batch started
+    computing (batch formation and the Celery queue); compute_ms: the batch's model time.
+    """
+
+    queued_ms: float
+    batch_wait_ms: float
+    compute_ms: float
+
+
+class BatchInfo(_Message):
+    batch_id: str
+    bucket: int
+    size: int
+    real_tokens: int
+    padded_tokens: int
+
+
+class EmbeddingResult(_Message):
+    embedding: list[float]
+    token_count: int
+    truncated: bool = False
+
+
+class Reply(_Message):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request_id: str
+    tenant: str
+    model: str
+    result: EmbeddingResult | None = None
+    error: ErrorInfo | None = None
+    timings: Timings | None = None
+    batch: BatchInfo | None = None
+    replied_at: AwareDatetime = Field(default_factory=utc_now)
+
+    @model_validator(mode="after")
+    def _result_xor_error(self) -> Self:
+        if (self.result is None) == (self.error is None):
+            raise ValueError("a reply carries exactly one of result and error")
+        return self
+
+    @classmethod
+    def failure(
+        cls, request_id: str, tenant: str, model: str, code: ErrorCode, message: str
+    ) -> Reply:
+        return cls(
+            request_id=request_id,
+            tenant=tenant,
+            model=model,
+            error=ErrorInfo(code=code, message=message),
+        )
+
+
+class RecordRef(_Message):
+    """Where a request sits in Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class BatchItem(_Message):
+    request: Request
+    ref: RecordRef
+    arrived_at: float  # unix seconds when the dispatcher read the record
+
+
+class Batch(_Message):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    batch_id: str
+    bucket: int
+    dispatcher_id: str
+    attempt: int = 1
+    dispatched_at: float
+    items: list[BatchItem]
+
+
+class Completion(_Message):
+    """Worker -> dispatcher: these records have their reply produced (done), or are being
+    answered by another attempt right now (deferred: keep them pending until their lease)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    batch_id: str
+    done: list[RecordRef]
+    deferred: list[RecordRef] = []
+
+
+class DeadLetter(_Message):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    source: RecordRef
+    code: ErrorCode
+    reason: str
+    original: str  # the record's bytes, decoded as UTF-8 with replacement
+    failed_at: AwareDatetime = Field(default_factory=utc_now)

@@ -1,0 +1,1 @@
+"""Dispatcher (policy: bucket -> batches) and Celery workers (execution: model backends)."""

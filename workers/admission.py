@@ -1,0 +1,35 @@
+"""Checks a request must pass before it is computed; run at dispatch and again before compute."""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from datetime import datetime
+
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.messages import Request
+
+
+def admission_error(
+    request: Request, now: datetime, models: Container[str], max_tokens: int
+) -> ErrorInfo | None:
+    if request.model not in models:
+        return ErrorInfo(code=ErrorCode.unknown_model, message=f"unknown model {request.model!r}")
+    if not request.input.strip():
+        return ErrorInfo(code=ErrorCode.empty_input, message="input is empty")
+    if request.deadline is not None and request.deadline <= now:
+        late_ms = (now - request.deadline).total_seconds() * 1000
+        return ErrorInfo(
+            code=ErrorCode.deadline_exceeded,
+            message=f"deadline passed {late_ms:.0f} ms before compute",
+        )
+    if (
+        request.token_count is not None
+        and request.token_count > max_tokens
+        and not request.params.truncate
+    ):
+        return ErrorInfo(
+            code=ErrorCode.input_too_long,
+            message=f"{request.token_count} tokens > model max {max_tokens}; "
+            "pass truncate=true to cut it",
+        )
+    return None

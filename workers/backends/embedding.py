@@ -1,0 +1,111 @@
+"""Sentence embeddings with a BERT-style encoder: mean pooling over the attention mask,
+optionally L2-normalised (all-MiniLM-L6-v2's recipe)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from workers.backends.base import EncodedItem, LoadTimings
+
+
+def pick_device(preference: str) -> torch.device:
+    if preference == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(preference)
+
+
+def load_tokenizer(model_dir: Path) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+class EmbeddingBackend:
+    def __init__(self, name: str, model_dir: Path, max_tokens: int, device: str = "auto") -> None:
+        self.name = name
+        self.model_dir = model_dir
+        self.max_tokens = max_tokens
+        self.device = pick_device(device)
+        self.timings = LoadTimings()
+        self.tokenizer = load_tokenizer(model_dir)
+        self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
+        self._model: Any = None
+
+    # --- loading, in three timed stages -------------------------------------------------
+    def load_weights(self) -> None:
+        from transformers import AutoModel
+
+        start = time.perf_counter()
+        self._model = AutoModel.from_pretrained(str(self.model_dir))
+        self.timings.load_weights_s = time.perf_counter() - start
+
+    def build(self) -> None:
+        start = time.perf_counter()
+        dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        self._model = self._model.to(self.device, dtype=dtype).eval()
+        self.timings.build_s = time.perf_counter() - start
+
+    def warm_up(self, buckets: list[int]) -> None:
+        """One batch per bucket at that bucket's length, shaped like production."""
+        start = time.perf_counter()
+        for bucket in buckets:
+            length = min(bucket, self.max_tokens)
+            ids = torch.full((4, length), 1000, dtype=torch.long, device=self.device)
+            mask = torch.ones_like(ids)
+            vectors = self._forward(ids, mask, normalize=True)
+            if not torch.isfinite(vectors).all():
+                raise RuntimeError(f"warm-up at {length} tokens produced non-finite output")
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.timings.memory = {
+                "allocated_bytes": torch.cuda.memory_allocated(self.device),
+                "reserved_bytes": torch.cuda.memory_reserved(self.device),
+            }
+        self.timings.warm_up_s = time.perf_counter() - start
+
+    # --- the batch path -----------------------------------------------------------------
+    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
+        items = []
+        for encoding, cut in zip(self.tokenizer.encode_batch(texts), truncate, strict=True):
+            ids = encoding.ids
+            if len(ids) <= self.max_tokens:
+                items.append(EncodedItem(ids=ids, token_count=len(ids)))
+            elif cut:
+                kept = ids[: self.max_tokens - 1] + ids[-1:]  # keep the closing [SEP]
+                items.append(EncodedItem(ids=kept, token_count=len(kept), truncated=True))
+            else:
+                items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
+        return items
+
+    def embed(
+        self, items: list[EncodedItem], normalize: list[bool]
+    ) -> tuple[list[list[float]], int, int]:
+        if any(item.too_long for item in items):
+            raise ValueError("too_long items cannot be embedded")
+        longest = max(len(item.ids) for item in items)
+        ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(items), longest), dtype=torch.long)
+        for i, item in enumerate(items):
+            ids[i, : len(item.ids)] = torch.tensor(item.ids, dtype=torch.long)
+            mask[i, : len(item.ids)] = 1
+        pooled = self._forward(ids.to(self.device), mask.to(self.device), normalize=False)
+        if any(normalize):
+            flags = torch.tensor(normalize, device=pooled.device).unsqueeze(1)
+            pooled = torch.where(flags, torch.nn.functional.normalize(pooled, dim=1), pooled)
+        real = int(mask.sum())
+        return pooled.float().cpu().tolist(), real, len(items) * longest
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
+        with torch.inference_mode():
+            hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+            if normalize:
+                pooled = torch.nn.functional.normalize(pooled, dim=1)
+            return pooled

@@ -1,0 +1,161 @@
+"""Execution of one batch on a worker: claim, admit, compute, reply, mark, notify.
+
+Every request of the batch ends with exactly one of: a reply produced now, already answered
+(a redelivery: no second reply), or deferred (another attempt holds its claim).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.messages import (
+    Batch,
+    BatchInfo,
+    BatchItem,
+    Completion,
+    EmbeddingResult,
+    RecordRef,
+    Reply,
+    Timings,
+)
+from workers.admission import admission_error
+from workers.backends.base import Backend, EncodedItem
+from workers.ledger import ClaimState, Ledger
+
+log = logging.getLogger(__name__)
+
+
+class ReplySink(Protocol):
+    def send(self, topic: str, reply: Reply) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass
+class BatchContext:
+    backend: Backend
+    ledger: Ledger
+    sink: ReplySink
+    claim_ms: int = 60_000
+    clock: Callable[[], float] = time.time
+    stats: dict[str, float] = field(default_factory=lambda: {"batches": 0, "replies": 0})
+
+
+def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
+    ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
+    states = ctx.ledger.claim(ids, owner=batch.batch_id, lease_ms=ctx.claim_ms)
+    already: list[RecordRef] = []
+    deferred: list[RecordRef] = []
+    fresh: list[BatchItem] = []
+    for item, state in zip(batch.items, states, strict=True):
+        if state is ClaimState.answered:
+            already.append(item.ref)
+        elif state is ClaimState.busy:
+            deferred.append(item.ref)
+        else:
+            fresh.append(item)
+
+    replies = _answer(batch, fresh, ctx)
+    for item, reply in replies:
+        ctx.sink.send(item.request.reply_to, reply)
+    ctx.sink.flush()
+    ctx.ledger.mark_answered([(i.request.tenant, i.request.request_id) for i, _ in replies])
+    ctx.stats["batches"] += 1
+    ctx.stats["replies"] += len(replies)
+    completion = Completion(
+        batch_id=batch.batch_id, done=already + [i.ref for i, _ in replies], deferred=deferred
+    )
+    ctx.ledger.notify(batch.dispatcher_id, completion)
+    return completion
+
+
+def _answer(batch: Batch, items: list[BatchItem], ctx: BatchContext) -> list[tuple[BatchItem, Reply]]:
+    backend = ctx.backend
+    now = datetime.fromtimestamp(ctx.clock(), UTC)
+    replies: list[tuple[BatchItem, Reply]] = []
+    admitted: list[BatchItem] = []
+    for item in items:
+        problem = admission_error(item.request, now, {backend.name}, backend.max_tokens)
+        if problem is None:
+            admitted.append(item)
+        else:
+            replies.append((item, _failure(item, problem)))
+    if not admitted:
+        return replies
+    encoded = backend.encode(
+        [i.request.input for i in admitted], [i.request.params.truncate for i in admitted]
+    )
+    runnable: list[tuple[BatchItem, EncodedItem]] = []
+    for item, enc in zip(admitted, encoded, strict=True):
+        if enc.too_long:
+            message = (
+                f"{enc.token_count} tokens > model max {backend.max_tokens}; "
+                "pass truncate=true to cut it"
+            )
+            replies.append(
+                (item, _failure(item, ErrorInfo(code=ErrorCode.input_too_long, message=message)))
+            )
+        else:
+            runnable.append((item, enc))
+    replies.extend(_compute(batch, runnable, ctx))
+    return replies
+
+
+def _compute(
+    batch: Batch, runnable: list[tuple[BatchItem, EncodedItem]], ctx: BatchContext
+) -> list[tuple[BatchItem, Reply]]:
+    """Embed ``runnable``; if the model fails, bisect so only the failing items fail."""
+    if not runnable:
+        return []
+    started = ctx.clock()
+    try:
+        vectors, real, padded = ctx.backend.embed(
+            [enc for _, enc in runnable], [i.request.params.normalize for i, _ in runnable]
+        )
+    except Exception as exc:
+        if len(runnable) == 1:
+            log.exception("batch %s: item failed", batch.batch_id)
+            info = ErrorInfo(code=ErrorCode.model_error, message=f"{type(exc).__name__}: {exc}")
+            return [(runnable[0][0], _failure(runnable[0][0], info))]
+        half = len(runnable) // 2
+        return _compute(batch, runnable[:half], ctx) + _compute(batch, runnable[half:], ctx)
+    compute_ms = (ctx.clock() - started) * 1000
+    info = BatchInfo(
+        batch_id=batch.batch_id,
+        bucket=batch.bucket,
+        size=len(runnable),
+        real_tokens=real,
+        padded_tokens=padded,
+    )
+    out = []
+    for (item, enc), vector in zip(runnable, vectors, strict=True):
+        request = item.request
+        reply = Reply(
+            request_id=request.request_id,
+            tenant=request.tenant,
+            model=request.model,
+            result=EmbeddingResult(
+                embedding=vector, token_count=enc.token_count, truncated=enc.truncated
+            ),
+            timings=Timings(
+                queued_ms=max(0.0, (item.arrived_at - request.created_at.timestamp()) * 1000),
+                batch_wait_ms=max(0.0, (started - item.arrived_at) * 1000),
+                compute_ms=compute_ms,
+            ),
+            batch=info,
+        )
+        out.append((item, reply))
+    return out
+
+
+def _failure(item: BatchItem, error: ErrorInfo) -> Reply:
+    request = item.request
+    return Reply(
+        request_id=request.request_id, tenant=request.tenant, model=request.model, error=error
+    )

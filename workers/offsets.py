@@ -1,0 +1,63 @@
+"""Contiguous low-watermark per partition: commit an offset only when every record at or
+below it is finished (its reply produced)."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+Partition = tuple[str, int]
+
+
+@dataclass
+class _PartitionState:
+    pending: set[int] = field(default_factory=set)
+    heap: list[int] = field(default_factory=list)
+    next_offset: int | None = None  # one past the highest offset seen
+    committed: int | None = None
+
+    def low_watermark(self) -> int | None:
+        while self.heap and self.heap[0] not in self.pending:
+            heapq.heappop(self.heap)
+        if self.heap:
+            return self.heap[0]
+        return self.next_offset
+
+
+class OffsetTracker:
+    def __init__(self) -> None:
+        self._parts: dict[Partition, _PartitionState] = {}
+
+    def track(self, partition: Partition, offset: int) -> None:
+        state = self._parts.setdefault(partition, _PartitionState())
+        state.pending.add(offset)
+        heapq.heappush(state.heap, offset)
+        if state.next_offset is None or offset + 1 > state.next_offset:
+            state.next_offset = offset + 1
+
+    def done(self, partition: Partition, offset: int) -> None:
+        state = self._parts.get(partition)
+        if state is not None:
+            state.pending.discard(offset)
+
+    def pending_count(self) -> int:
+        return sum(len(s.pending) for s in self._parts.values())
+
+    def committable(self) -> dict[Partition, int]:
+        """Offsets (next record to read) that advanced past the last commit."""
+        out: dict[Partition, int] = {}
+        for partition, state in self._parts.items():
+            mark = state.low_watermark()
+            if mark is not None and (state.committed is None or mark > state.committed):
+                out[partition] = mark
+        return out
+
+    def mark_committed(self, offsets: dict[Partition, int]) -> None:
+        for partition, offset in offsets.items():
+            state = self._parts.get(partition)
+            if state is not None and (state.committed is None or offset > state.committed):
+                state.committed = offset
+
+    def forget(self, partitions: list[Partition]) -> None:
+        for partition in partitions:
+            self._parts.pop(partition, None)

@@ -1,0 +1,150 @@
+"""A Celery worker process for a chosen set of bucket queues.
+
+The model is loaded in the process that computes, in three timed stages (load weights,
+build, warm up with one batch per bucket at the bucket's length), before the worker consumes
+anything: a worker that fails a stage exits without taking work. The pool is ``solo``, so no
+process forks after the model (and, on GPU, CUDA) is initialised: run one worker per device.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import torch
+
+from runtime import connections
+from runtime.models import model_spec
+from runtime.settings import Settings
+from schemas.messages import Batch, Reply
+from schemas.topics import Topics
+from workers.backends import EmbeddingBackend
+from workers.batch_runner import BatchContext, run_batch
+from workers.ledger import Ledger
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "headrace.run_batch"
+HEARTBEAT_INTERVAL_S = 2.0
+
+
+class WarmUpFailed(RuntimeError):
+    """A loading stage failed or ran past its timeout; the worker takes no work."""
+
+
+class KafkaReplySink:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.producer = connections.producer(settings)
+        self._known_topics: set[str] = set()
+
+    def send(self, topic: str, reply: Reply) -> None:
+        if topic not in self._known_topics:
+            connections.ensure_topics(self.settings, [topic], partitions=1)
+            self._known_topics.add(topic)
+        self.producer.send(
+            topic, key=reply.request_id.encode(), value=reply.model_dump_json().encode()
+        )
+
+    def flush(self) -> None:
+        self.producer.flush(timeout=30)
+
+
+def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stage-{name}")
+    try:
+        pool.submit(fn).result(timeout=timeout_s)
+    except FutureTimeout as exc:
+        raise WarmUpFailed(f"stage {name!r} ran past its {timeout_s:.0f}s timeout") from exc
+    except Exception as exc:
+        raise WarmUpFailed(f"stage {name!r} failed: {exc}") from exc
+    finally:
+        pool.shutdown(wait=False)
+
+
+def load_backend(settings: Settings, buckets: list[int]) -> EmbeddingBackend:
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    spec = model_spec(settings.model)
+    backend = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device=settings.device)
+    _timed_stage("load_weights", backend.load_weights, settings.load_weights_timeout_s)
+    _timed_stage("build", backend.build, settings.build_timeout_s)
+    _timed_stage("warm_up", lambda: backend.warm_up(buckets), settings.warm_up_timeout_s)
+    return backend
+
+
+def health(backend: EmbeddingBackend, worker_id: str, buckets: list[int]) -> dict[str, Any]:
+    t = backend.timings
+    return {
+        "worker_id": worker_id,
+        "model": backend.name,
+        "device": str(backend.device),
+        "buckets": buckets,
+        "load_weights_s": round(t.load_weights_s, 3),
+        "build_s": round(t.build_s, 3),
+        "warm_up_s": round(t.warm_up_s, 3),
+        "memory": t.memory,
+    }
+
+
+def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> None:
+    unknown = sorted(set(buckets) - set(settings.buckets))
+    if unknown:
+        raise ValueError(f"buckets {unknown} are not configured ({settings.buckets})")
+    worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    backend = load_backend(settings, buckets)
+    print("READY " + json.dumps(health(backend, worker_id, buckets)), flush=True)
+
+    topics = Topics(settings.topic_prefix)
+    redis_client = connections.redis_client(settings)
+    ledger = Ledger(redis_client, settings.topic_prefix, settings.answered_ttl_s)
+    ctx = BatchContext(
+        backend=backend,
+        ledger=ledger,
+        sink=KafkaReplySink(settings),
+        claim_ms=int(settings.lease_base_s * 1000),
+    )
+    app = connections.celery_app(settings)
+
+    @app.task(name=TASK_NAME, acks_late=True)  # type: ignore[untyped-decorator]
+    def run_batch_task(payload: dict[str, Any]) -> None:
+        run_batch(Batch.model_validate(payload), ctx)
+
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            try:
+                ledger.heartbeat(worker_id, buckets)
+            except Exception:  # Redis away: keep trying, the dispatcher sees us as gone
+                log.warning("heartbeat failed", exc_info=True)
+            stop.wait(HEARTBEAT_INTERVAL_S)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    try:
+        worker = app.Worker(
+            hostname=f"{worker_id}@headrace",
+            pool_cls="solo",
+            concurrency=1,
+            queues=[topics.queue(b) for b in buckets],
+            loglevel=loglevel,
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+            quiet=True,
+        )
+        worker.start()
+    finally:
+        stop.set()
+        try:
+            ledger.retire(worker_id, buckets)
+        except Exception:
+            log.warning("could not retire worker from Redis", exc_info=True)
