@@ -25,6 +25,7 @@ from schemas.messages import Reply
 log = logging.getLogger(__name__)
 
 ReplyKey = tuple[str, str]  # (tenant, request_id)
+EAGER_PENDING_MAX = 8
 
 
 class ReplyListener:
@@ -70,7 +71,13 @@ class ReplyListener:
 
     def _run(self) -> None:
         seen: OrderedDict[ReplyKey, None] = OrderedDict()
+        eager = False
         while not self._stop.is_set():
+            # a few requests waiting: fetch eagerly; a flood: save the CPU for the model
+            wanted = 0 < self.pending() <= EAGER_PENDING_MAX
+            if wanted != eager:
+                connections.set_fetch_wait(self._consumer, eager=wanted)
+                eager = wanted
             try:
                 polled = self._consumer.poll(timeout_ms=50)
             except Exception:

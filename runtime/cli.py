@@ -27,6 +27,7 @@ def _logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
 
 
 def _buckets(value: str | None, settings: Settings) -> list[int]:

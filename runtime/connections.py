@@ -21,6 +21,26 @@ GROUP_TIMEOUTS: dict[str, int] = {
 }
 
 
+# tansu does not answer a parked fetch the moment a record lands. Measured here (lag of a
+# parked consumer, idle CPU of one consumer): 5 ms -> 2-5 ms lag, 25% CPU; 100 ms -> 6 ms lag,
+# 3% CPU; 500 ms -> 150 ms lag. Consumers wait short while a lone record matters and long while
+# the CPU is better spent on the model (see set_fetch_wait).
+FETCH_WAIT_EAGER_MS = 5
+FETCH_WAIT_BUSY_MS = 100
+
+
+def set_fetch_wait(consumer: KafkaConsumer, eager: bool) -> None:
+    """Switch a live consumer between eager and busy fetch waits.
+
+    kafka-python reads ``fetch_max_wait_ms`` from its fetcher's config for every fetch it
+    builds; there is no public setter, so this reaches into it and does nothing if absent.
+    """
+    fetcher = getattr(consumer, "_fetcher", None)
+    config = getattr(fetcher, "config", None)
+    if isinstance(config, dict):
+        config["fetch_max_wait_ms"] = FETCH_WAIT_EAGER_MS if eager else FETCH_WAIT_BUSY_MS
+
+
 def producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     options: dict[str, Any] = {
         **settings.kafka_options(),
@@ -37,7 +57,7 @@ def consumer(settings: Settings, *topics: str, **overrides: Any) -> KafkaConsume
         **settings.kafka_options(),
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
-        "fetch_max_wait_ms": 5,
+        "fetch_max_wait_ms": FETCH_WAIT_BUSY_MS,
         **GROUP_TIMEOUTS,
         **overrides,
     }
@@ -81,6 +101,7 @@ def celery_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": 3600},
         worker_send_task_events=False,

@@ -1,4 +1,4 @@
-"""The embedded local stack: SeaweedFS (S3), tansu (Kafka protocol, stored in S3) and Redis.
+"""The embedded local stack: SeaweedFS (S3), tansu (Kafka protocol) and Redis.
 
 Everything comes from pip packages, so a machine with Python and gcc can run the pipeline.
 Each service runs detached, on the ports of the configured URLs, under
@@ -33,6 +33,9 @@ LOCAL_S3_SECRET = "headrace-local"  # noqa: S105 - not a credential, see above
 WEED_MASTER_PORT = 19433
 WEED_VOLUME_PORT = 18480
 WEED_FILER_PORT = 18988
+
+
+_BUCKET_EXISTS = ("BucketAlreadyOwnedByYou", "BucketAlreadyExists")
 
 
 class StackError(RuntimeError):
@@ -125,11 +128,18 @@ class LocalStack:
     def up(self) -> list[ServiceState]:
         running = {s.name: s for s in self.status() if s.alive()}
         self.root.mkdir(parents=True, exist_ok=True)
-        for name, start in (("s3", self._start_s3), ("redis", self._start_redis),
-                            ("kafka", self._start_kafka)):
-            if name not in running:
-                running[name] = start()
-                self._save(list(running.values()))
+        started: list[ServiceState] = []
+        try:
+            for name, start in (("s3", self._start_s3), ("redis", self._start_redis),
+                                ("kafka", self._start_kafka)):
+                if name not in running:
+                    running[name] = start()
+                    started.append(running[name])
+                    self._save(list(running.values()))
+        except BaseException:
+            for service in reversed(started):
+                _terminate(service.pid)
+            raise
         return list(running.values())
 
     def down(self) -> list[str]:
@@ -163,20 +173,21 @@ class LocalStack:
             weed_binary(), "server", f"-dir={data}", "-s3", f"-s3.port={self.s3_port}",
             f"-master.port={WEED_MASTER_PORT}", f"-volume.port={WEED_VOLUME_PORT}",
             f"-filer.port={WEED_FILER_PORT}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-volume.max=0",
+            "-volume.max=200", "-master.volumeSizeLimitMB=256", "-master.volumePreallocate=false",
         ]
         service = self._spawn("s3", argv, f"http://127.0.0.1:{self.s3_port}")
         s3 = self.s3_client()
 
         def bucket_ready() -> bool:
-            existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-            if BROKER_BUCKET not in existing:
+            try:
                 s3.create_bucket(Bucket=BROKER_BUCKET)
+            except s3.exceptions.ClientError as exc:
+                if exc.response["Error"]["Code"] not in _BUCKET_EXISTS:
+                    raise
             s3.put_object(Bucket=BROKER_BUCKET, Key=".headrace-probe", Body=b"ok")
             return True
 
-        wait_for(bucket_ready, 60, "SeaweedFS S3")
-        return service
+        return self._await(service, bucket_ready, 60, "SeaweedFS S3")
 
     def _start_redis(self) -> ServiceState:
         self._require_free(self.redis_port)
@@ -186,8 +197,7 @@ class LocalStack:
         ]
         service = self._spawn("redis", argv, f"redis://127.0.0.1:{self.redis_port}")
         client = redis.Redis(port=self.redis_port, socket_timeout=1)
-        wait_for(lambda: bool(client.ping()), 20, "Redis")
-        return service
+        return self._await(service, lambda: bool(client.ping()), 20, "Redis")
 
     def _start_kafka(self) -> ServiceState:
         self._require_free(self.kafka_port)
@@ -202,13 +212,23 @@ class LocalStack:
         }
         argv = [
             tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", f"s3://{BROKER_BUCKET}/",
+            "--storage-engine",
+            f"s3://{BROKER_BUCKET}/" if self.settings.broker_storage == "s3" else "memory://tansu/",
         ]
         service = self._spawn("kafka", argv, f"127.0.0.1:{self.kafka_port}", env=env)
-        wait_for(lambda: port_open(self.kafka_port), 30, "tansu broker")
-        return service
+        return self._await(service, lambda: port_open(self.kafka_port), 30, "tansu broker")
 
     # --- plumbing --------------------------------------------------------------------------
+    def _await(
+        self, service: ServiceState, check: Callable[[], bool], timeout_s: float, what: str
+    ) -> ServiceState:
+        try:
+            wait_for(check, timeout_s, what)
+        except BaseException:
+            _terminate(service.pid)
+            raise
+        return service
+
     def s3_client(self):  # type: ignore[no-untyped-def]
         return boto3.client(
             "s3",

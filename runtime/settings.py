@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, field_validator
@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     topic_prefix: str = "headrace"
     request_partitions: int = Field(default=1, ge=1)
     state_dir: Path = Path(".headrace")
+    # Local stack broker storage. "s3" survives broker restarts, but this tansu build stops
+    # serving a partition past 1,000 stored batches (measured; see README), so "memory" is
+    # the default.
+    broker_storage: Literal["memory", "s3"] = "memory"
 
     # --- model -----------------------------------------------------------------------
     model: str = "all-MiniLM-L6-v2"

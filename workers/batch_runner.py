@@ -88,6 +88,7 @@ def _answer(batch: Batch, items: list[BatchItem], ctx: BatchContext) -> list[tup
             replies.append((item, _failure(item, problem)))
     if not admitted:
         return replies
+    started = ctx.clock()  # compute time counts tokenisation and the forward pass
     encoded = backend.encode(
         [i.request.input for i in admitted], [i.request.params.truncate for i in admitted]
     )
@@ -103,17 +104,17 @@ def _answer(batch: Batch, items: list[BatchItem], ctx: BatchContext) -> list[tup
             )
         else:
             runnable.append((item, enc))
-    replies.extend(_compute(batch, runnable, ctx))
+    replies.extend(_compute(batch, runnable, ctx, started))
     return replies
 
 
 def _compute(
-    batch: Batch, runnable: list[tuple[BatchItem, EncodedItem]], ctx: BatchContext
+    batch: Batch, runnable: list[tuple[BatchItem, EncodedItem]], ctx: BatchContext,
+    started: float,
 ) -> list[tuple[BatchItem, Reply]]:
     """Embed ``runnable``; if the model fails, bisect so only the failing items fail."""
     if not runnable:
         return []
-    started = ctx.clock()
     try:
         vectors, real, padded = ctx.backend.embed(
             [enc for _, enc in runnable], [i.request.params.normalize for i, _ in runnable]
@@ -124,7 +125,9 @@ def _compute(
             info = ErrorInfo(code=ErrorCode.model_error, message=f"{type(exc).__name__}: {exc}")
             return [(runnable[0][0], _failure(runnable[0][0], info))]
         half = len(runnable) // 2
-        return _compute(batch, runnable[:half], ctx) + _compute(batch, runnable[half:], ctx)
+        return _compute(batch, runnable[:half], ctx, ctx.clock()) + _compute(
+            batch, runnable[half:], ctx, ctx.clock()
+        )
     compute_ms = (ctx.clock() - started) * 1000
     info = BatchInfo(
         batch_id=batch.batch_id,

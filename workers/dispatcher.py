@@ -102,6 +102,8 @@ class Dispatcher:
         self.owner_of: dict[RefKey, RequestKey] = {}
         self.paused: set[int] = set()
         self.stats = DispatcherStats()
+        self.announced = False
+        self._eager = False
         self._answered_now: list[RecordRef] = []
         self._live: dict[int, int] = {}
         self._live_checked = -1e9
@@ -122,6 +124,10 @@ class Dispatcher:
             self.close()
 
     def step(self) -> None:
+        idle = not self.in_flight and not any(len(b) for b in self.batchers.values())
+        if idle != self._eager:  # a lone request should not wait; a busy worker needs the CPU
+            connections.set_fetch_wait(self.consumer, eager=idle)
+            self._eager = idle
         polled = self.consumer.poll(timeout_ms=self._poll_timeout_ms())
         now = time.time()
         for records in polled.values():
@@ -331,12 +337,13 @@ class Dispatcher:
             self.paused.discard(bucket)
 
     def _poll_timeout_ms(self) -> int:
-        if self.in_flight or self._answered_now or any(self.ready.values()):
-            return 5
+        """Sleep in poll until the next batch is due; wake often enough to see completions
+        (a new record wakes poll at once, and completions are read right after it)."""
+        ceiling = 10 if (self.in_flight or self._answered_now or any(self.ready.values())) else 100
         waits = [w for b in self.batchers.values() if (w := b.seconds_until_due()) is not None]
         if waits:
-            return max(1, min(5, int(min(waits) * 1000)))
-        return 100
+            return max(1, min(ceiling, int(min(waits) * 1000)))
+        return ceiling
 
     def _maybe_commit(self) -> None:
         if (self.clock() - self._last_commit) * 1000 >= self.settings.commit_interval_ms:
@@ -387,3 +394,6 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         log.info("assigned %d partitions", len(assigned))
+        if assigned and not self.dispatcher.announced:
+            self.dispatcher.announced = True
+            print(f"READY dispatcher {self.dispatcher.dispatcher_id}", flush=True)

@@ -20,6 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import torch
+from celery.signals import worker_ready
 
 from runtime import connections
 from runtime.models import model_spec
@@ -101,7 +102,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         raise ValueError(f"buckets {unknown} are not configured ({settings.buckets})")
     worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     backend = load_backend(settings, buckets)
-    print("READY " + json.dumps(health(backend, worker_id, buckets)), flush=True)
+    print("LOADED " + json.dumps(health(backend, worker_id, buckets)), flush=True)
 
     topics = Topics(settings.topic_prefix)
     redis_client = connections.redis_client(settings)
@@ -128,7 +129,11 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
                 log.warning("heartbeat failed", exc_info=True)
             stop.wait(HEARTBEAT_INTERVAL_S)
 
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    @worker_ready.connect  # type: ignore[untyped-decorator]
+    def _consuming(**_: Any) -> None:
+        threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+        print(f"READY worker {worker_id}", flush=True)
+
     try:
         worker = app.Worker(
             hostname=f"{worker_id}@headrace",

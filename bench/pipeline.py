@@ -1,0 +1,183 @@
+"""Pipeline benchmark: one command, every figure measured in the same run.
+
+(a) raw model tokens/s: the model alone, in a tight loop, over the batches the pipeline formed
+(b) pipeline tokens/s end to end (submit -> last reply), length buckets as configured
+(c) the same with every request forced into one bucket
+(d) padding efficiency (real / padded tokens) of (b) and (c)
+(e) a lone request: latency minus its compute time, p50 / p99
+
+    python -m bench.pipeline [--count 600] [--lone 50]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bench.texts import long_tail_texts
+from producers.client import Client
+from runtime.localstack import LocalStack
+from runtime.processes import Pipeline
+from runtime.settings import Settings
+from schemas.messages import Reply
+
+console = Console()
+
+
+@dataclass
+class RunResult:
+    wall_s: float
+    real_tokens: int
+    batches: dict[str, list[int]]  # batch_id -> indices of texts
+    batch_real: int
+    batch_padded: int
+    replies: list[Reply]
+    compute_s: float  # sum of the batches' compute time on the worker
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.real_tokens / self.wall_s
+
+    @property
+    def padding_efficiency(self) -> float:
+        return self.batch_real / self.batch_padded
+
+
+def _settings_env(prefix: str, buckets: list[int] | None) -> dict[str, str]:
+    env = {"HEADRACE_TOPIC_PREFIX": prefix}
+    if buckets is not None:
+        env["HEADRACE_BUCKETS"] = json.dumps(buckets)
+    return env
+
+
+@dataclass
+class LoneLegs:
+    overhead_ms: list[float]  # latency - compute
+    queued_ms: list[float]
+    batch_wait_ms: list[float]
+    reply_leg_ms: list[float]  # total - queued - batch_wait - compute
+
+
+def run_pipeline(texts: list[str], env: dict[str, str], lone: int = 0) -> tuple[RunResult, LoneLegs]:
+    os.environ.update(env)
+    settings = Settings()
+    with Pipeline(env=env), Client(settings, tenant="bench") as client:
+        client.embed(texts[:8])  # connections warm
+        start = time.perf_counter()
+        submissions = client.submit_many(texts)
+        replies = [s.result(600) for s in submissions]
+        wall = time.perf_counter() - start
+        legs = LoneLegs([], [], [], [])
+        for i in range(lone):
+            time.sleep(0.05)  # a lone request: nothing else in flight
+            t0 = time.perf_counter()
+            reply = client.submit(texts[i % 50]).result(60)
+            total_ms = (time.perf_counter() - t0) * 1000
+            t = reply.timings
+            assert t is not None
+            legs.overhead_ms.append(total_ms - t.compute_ms)
+            legs.queued_ms.append(t.queued_ms)
+            legs.batch_wait_ms.append(t.batch_wait_ms)
+            legs.reply_leg_ms.append(total_ms - t.queued_ms - t.batch_wait_ms - t.compute_ms)
+    failed = [r for r in replies if r.error is not None]
+    if failed:
+        raise SystemExit(f"{len(failed)} requests failed, first: {failed[0].error}")
+    batches: dict[str, list[int]] = {}
+    sizes: dict[str, tuple[int, int]] = {}
+    for index, reply in enumerate(replies):
+        assert reply.batch is not None
+        batches.setdefault(reply.batch.batch_id, []).append(index)
+        sizes[reply.batch.batch_id] = (reply.batch.real_tokens, reply.batch.padded_tokens)
+    real = sum(r.result.token_count for r in replies if r.result is not None)
+    compute_ms = {r.batch.batch_id: r.timings.compute_ms for r in replies if r.batch and r.timings}
+    return (
+        RunResult(
+            wall_s=wall,
+            real_tokens=real,
+            batches=batches,
+            batch_real=sum(r for r, _ in sizes.values()),
+            batch_padded=sum(p for _, p in sizes.values()),
+            replies=replies,
+            compute_s=sum(compute_ms.values()) / 1000,
+        ),
+        legs,
+    )
+
+
+def raw_model(texts: list[str], batches: dict[str, list[int]], settings: Settings) -> float:
+    """Useful tokens/s of the model alone over exactly these batches (tokenisation included)."""
+    from workers.worker import load_backend
+
+    backend = load_backend(settings, settings.buckets)
+    groups = [[texts[i] for i in idx] for idx in batches.values()]
+    real = 0
+    start = time.perf_counter()
+    for group in groups:
+        encoded = backend.encode(group, [False] * len(group))
+        _, batch_real, _ = backend.embed(encoded, [True] * len(group))
+        real += batch_real
+    return real / (time.perf_counter() - start)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -> None:
+    settings = Settings()
+    stack = LocalStack(settings)
+    started_stack = not stack.is_up()
+    if started_stack:
+        stack.up()
+    try:
+        texts = long_tail_texts(count, seed=seed)
+        run_id = uuid.uuid4().hex[:6]
+        console.print(f"{len(texts)} texts; buckets {settings.buckets}; "
+                      f"max_batch_tokens {settings.max_batch_tokens}, max_wait_ms {settings.max_wait_ms}")
+        bucketed, legs = run_pipeline(texts, _settings_env(f"bench-{run_id}-b", None), lone)
+        one_bucket = (
+            run_pipeline(texts, _settings_env(f"bench-{run_id}-s", [settings.buckets[-1]]))[0]
+            if single
+            else None
+        )
+        raw = raw_model(texts, bucketed.batches, settings)
+    finally:
+        if started_stack:
+            stack.down()
+
+    table = Table("figure", "value")
+    table.add_row("(a) raw model tokens/s (pipeline's batches)", f"{raw:,.0f}")
+    table.add_row("(b) pipeline tokens/s, length buckets", f"{bucketed.tokens_per_s:,.0f}")
+    table.add_row("    ratio (b)/(a)  [target >= 0.85]", f"{bucketed.tokens_per_s / raw:.3f}")
+    table.add_row("(d) padding efficiency, buckets  [target >= 0.85]",
+                  f"{bucketed.padding_efficiency:.3f}")
+    table.add_row("    worker compute / wall, buckets",
+                  f"{bucketed.compute_s:.2f}s / {bucketed.wall_s:.2f}s")
+    if one_bucket is not None:
+        table.add_row("(c) pipeline tokens/s, one bucket", f"{one_bucket.tokens_per_s:,.0f}")
+        table.add_row("    ratio (b)/(c)", f"{bucketed.tokens_per_s / one_bucket.tokens_per_s:.2f}")
+        table.add_row("(d) padding efficiency, one bucket", f"{one_bucket.padding_efficiency:.3f}")
+        table.add_row("    batches (buckets / one bucket)",
+                      f"{len(bucketed.batches)} / {len(one_bucket.batches)}")
+    if legs.overhead_ms:
+        n = len(legs.overhead_ms)
+        table.add_row(f"(e) lone request latency - compute, p50 (n={n}) [<= 15 ms]",
+                      f"{pct(legs.overhead_ms, 0.5):.1f} ms")
+        table.add_row("(e) lone request latency - compute, p99",
+                      f"{pct(legs.overhead_ms, 0.99):.1f} ms")
+        table.add_row("    legs p50: queued / batch wait / reply",
+                      f"{pct(legs.queued_ms, 0.5):.1f} / {pct(legs.batch_wait_ms, 0.5):.1f} / "
+                      f"{pct(legs.reply_leg_ms, 0.5):.1f} ms")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    typer.run(main)
