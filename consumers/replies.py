@@ -50,9 +50,11 @@ class ReplyListener:
         return self
 
     def expect(self, tenant: str, request_id: str) -> Future[Reply]:
-        future: Future[Reply] = Future()
+        """The future of this request's reply; the same one if it is already awaited."""
         with self._lock:
-            self._futures[(tenant, request_id)] = future
+            future = self._futures.get((tenant, request_id))
+            if future is None:
+                future = self._futures[(tenant, request_id)] = Future()
         return future
 
     def forget(self, tenant: str, request_id: str) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+_EPSILON_S = 1e-9  # float rounding of clock arithmetic must not delay a due batch
 
 
 @dataclass
@@ -61,7 +62,7 @@ class DynamicBatcher(Generic[T]):
         """The open batch if its wait is over (or ``idle``), else None."""
         if self._open is None:
             return None
-        if idle or self._clock() - self._open.first_arrival >= self.max_wait_s:
+        if idle or self._clock() - self._open.first_arrival >= self.max_wait_s - _EPSILON_S:
             return self._take()
         return None
 

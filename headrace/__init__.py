@@ -1,0 +1,40 @@
+"""headrace: an event-driven, queue-based inference pipeline.
+
+The public surface: ``Client`` to submit and await, ``Settings`` to configure, the wire
+messages, and the error hierarchy (see ``schemas.errors.HeadraceError``).
+"""
+
+from consumers.replies import stream_replies
+from producers.client import Client, Submission
+from runtime.settings import Settings
+from schemas.errors import (
+    EmptyInputError,
+    ErrorCode,
+    HeadraceError,
+    InputTooLongError,
+    InvalidRequestError,
+    ReplyTimeoutError,
+    RequestFailedError,
+    UnknownModelError,
+)
+from schemas.messages import Reply, Request
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "EmptyInputError",
+    "ErrorCode",
+    "HeadraceError",
+    "InputTooLongError",
+    "InvalidRequestError",
+    "Reply",
+    "ReplyTimeoutError",
+    "Request",
+    "RequestFailedError",
+    "Settings",
+    "Submission",
+    "UnknownModelError",
+    "__version__",
+    "stream_replies",
+]

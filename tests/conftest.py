@@ -1,0 +1,59 @@
+"""Shared fixtures. Integration tests run against the real local stack (tansu, Redis,
+SeaweedFS), a real dispatcher process and a real Celery worker process with the model."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.localstack import LocalStack
+from runtime.processes import Pipeline
+from runtime.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[LocalStack]:
+    """The local stack; started for the session if it is not already up."""
+    local = LocalStack(Settings())
+    started = not local.is_up()
+    if started:
+        local.up()
+    yield local
+    if started:
+        local.down()
+
+
+def unique_prefix(name: str) -> str:
+    return f"t-{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def prefix(request: pytest.FixtureRequest) -> str:
+    return unique_prefix(request.node.name[:20].replace("[", "-").replace("]", ""))
+
+
+def pipeline_env(prefix: str, **extra: str) -> dict[str, str]:
+    return {"HEADRACE_TOPIC_PREFIX": prefix, **extra}
+
+
+@pytest.fixture(scope="session")
+def shared_prefix() -> str:
+    return unique_prefix("shared")
+
+
+@pytest.fixture(scope="session")
+def shared_settings(stack: LocalStack, shared_prefix: str) -> Settings:
+    return Settings(topic_prefix=shared_prefix, max_batch_tokens=1024)
+
+
+@pytest.fixture(scope="session")
+def shared_pipeline(stack: LocalStack, shared_prefix: str) -> Iterator[Pipeline]:
+    """One dispatcher and one worker (all buckets) shared by the end-to-end tests."""
+    log_dir = Path(os.environ.get("HEADRACE_STATE_DIR", ".headrace")) / "logs" / shared_prefix
+    env = pipeline_env(shared_prefix, HEADRACE_MAX_BATCH_TOKENS="1024")
+    with Pipeline(env=env, log_dir=log_dir) as pipeline:
+        yield pipeline

@@ -1,0 +1,59 @@
+"""The embedding backend against a reference computed directly with transformers."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.models import model_spec
+from tests.reference import cosines, reference_embeddings
+from workers.backends.embedding import EmbeddingBackend
+
+TEXTS = [
+    "A cat sat on the mat.",
+    "Kafka topics are bucketed by sequence length so that batches waste little padding.",
+    "short",
+    " ".join(["a longer text about rivers, channels and the turbines they feed"] * 8),
+]
+
+
+@pytest.fixture(scope="module")
+def backend() -> EmbeddingBackend:
+    spec = model_spec("all-MiniLM-L6-v2")
+    backend = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
+    backend.load_weights()
+    backend.build()
+    backend.warm_up([16, 64])
+    return backend
+
+
+def test_padded_batch_matches_reference(backend: EmbeddingBackend) -> None:
+    encoded = backend.encode(TEXTS, [False] * len(TEXTS))
+    vectors, real, padded = backend.embed(encoded, [True] * len(TEXTS))
+    assert min(cosines(vectors, reference_embeddings(TEXTS))) >= 0.999
+    lengths = [item.token_count for item in encoded]
+    assert real == sum(lengths)
+    assert padded == len(TEXTS) * max(lengths)
+
+
+def test_load_stages_are_timed(backend: EmbeddingBackend) -> None:
+    t = backend.timings
+    assert t.load_weights_s > 0 and t.warm_up_s > 0
+
+
+def test_too_long_is_flagged_unless_truncation_was_asked(backend: EmbeddingBackend) -> None:
+    long_text = "word " * 700
+    flagged, cut = backend.encode([long_text, long_text], [False, True])
+    assert flagged.too_long and flagged.token_count > 512
+    assert not cut.too_long and cut.truncated and cut.token_count == 512
+    with pytest.raises(ValueError):
+        backend.embed([flagged], [True])
+    vectors, _, padded = backend.embed([cut], [True])
+    assert len(vectors[0]) == 384 and padded == 512
+
+
+def test_normalize_flag_is_per_row(backend: EmbeddingBackend) -> None:
+    encoded = backend.encode(["one", "two"], [False, False])
+    vectors, _, _ = backend.embed(encoded, [True, False])
+    norms = [sum(x * x for x in v) ** 0.5 for v in vectors]
+    assert norms[0] == pytest.approx(1.0, abs=1e-4)
+    assert norms[1] != pytest.approx(1.0, abs=1e-2)
