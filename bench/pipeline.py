@@ -65,7 +65,9 @@ class LoneLegs:
     reply_leg_ms: list[float]  # total - queued - batch_wait - compute
 
 
-def run_pipeline(texts: list[str], env: dict[str, str], lone: int = 0) -> tuple[RunResult, LoneLegs]:
+def run_pipeline(
+    texts: list[str], env: dict[str, str], lone: int = 0
+) -> tuple[RunResult, LoneLegs]:
     os.environ.update(env)
     settings = Settings()
     with Pipeline(env=env), Client(settings, tenant="bench") as client:
@@ -140,8 +142,10 @@ def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -
     try:
         texts = long_tail_texts(count, seed=seed)
         run_id = uuid.uuid4().hex[:6]
-        console.print(f"{len(texts)} texts; buckets {settings.buckets}; "
-                      f"max_batch_tokens {settings.max_batch_tokens}, max_wait_ms {settings.max_wait_ms}")
+        console.print(
+            f"{len(texts)} texts; buckets {settings.buckets}; "
+            f"max_batch_tokens {settings.max_batch_tokens}, max_wait_ms {settings.max_wait_ms}"
+        )
         bucketed, legs = run_pipeline(texts, _settings_env(f"bench-{run_id}-b", None), lone)
         one_bucket = (
             run_pipeline(texts, _settings_env(f"bench-{run_id}-s", [settings.buckets[-1]]))[0]
@@ -157,25 +161,34 @@ def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -
     table.add_row("(a) raw model tokens/s (pipeline's batches)", f"{raw:,.0f}")
     table.add_row("(b) pipeline tokens/s, length buckets", f"{bucketed.tokens_per_s:,.0f}")
     table.add_row("    ratio (b)/(a)  [target >= 0.85]", f"{bucketed.tokens_per_s / raw:.3f}")
-    table.add_row("(d) padding efficiency, buckets  [target >= 0.85]",
-                  f"{bucketed.padding_efficiency:.3f}")
-    table.add_row("    worker compute / wall, buckets",
-                  f"{bucketed.compute_s:.2f}s / {bucketed.wall_s:.2f}s")
+    table.add_row(
+        "(d) padding efficiency, buckets  [target >= 0.85]", f"{bucketed.padding_efficiency:.3f}"
+    )
+    table.add_row(
+        "    worker compute / wall, buckets", f"{bucketed.compute_s:.2f}s / {bucketed.wall_s:.2f}s"
+    )
     if one_bucket is not None:
         table.add_row("(c) pipeline tokens/s, one bucket", f"{one_bucket.tokens_per_s:,.0f}")
         table.add_row("    ratio (b)/(c)", f"{bucketed.tokens_per_s / one_bucket.tokens_per_s:.2f}")
         table.add_row("(d) padding efficiency, one bucket", f"{one_bucket.padding_efficiency:.3f}")
-        table.add_row("    batches (buckets / one bucket)",
-                      f"{len(bucketed.batches)} / {len(one_bucket.batches)}")
+        table.add_row(
+            "    batches (buckets / one bucket)",
+            f"{len(bucketed.batches)} / {len(one_bucket.batches)}",
+        )
     if legs.overhead_ms:
         n = len(legs.overhead_ms)
-        table.add_row(f"(e) lone request latency - compute, p50 (n={n}) [<= 15 ms]",
-                      f"{pct(legs.overhead_ms, 0.5):.1f} ms")
-        table.add_row("(e) lone request latency - compute, p99",
-                      f"{pct(legs.overhead_ms, 0.99):.1f} ms")
-        table.add_row("    legs p50: queued / batch wait / reply",
-                      f"{pct(legs.queued_ms, 0.5):.1f} / {pct(legs.batch_wait_ms, 0.5):.1f} / "
-                      f"{pct(legs.reply_leg_ms, 0.5):.1f} ms")
+        table.add_row(
+            f"(e) lone request latency - compute, p50 (n={n}) [<= 15 ms]",
+            f"{pct(legs.overhead_ms, 0.5):.1f} ms",
+        )
+        table.add_row(
+            "(e) lone request latency - compute, p99", f"{pct(legs.overhead_ms, 0.99):.1f} ms"
+        )
+        table.add_row(
+            "    legs p50: queued / batch wait / reply",
+            f"{pct(legs.queued_ms, 0.5):.1f} / {pct(legs.batch_wait_ms, 0.5):.1f} / "
+            f"{pct(legs.reply_leg_ms, 0.5):.1f} ms",
+        )
     console.print(table)
 
 

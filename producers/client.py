@@ -20,6 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Any
 
 from consumers.replies import ReplyListener
 from producers.tokens import count_tokens
@@ -156,7 +157,7 @@ class Client:
         )
         return [_embedding(r) for r in replies]
 
-    async def asubmit(self, text: str, **options: object) -> Reply:
+    async def asubmit(self, text: str, **options: Any) -> Reply:
         submission = await asyncio.to_thread(self.submit, text, **options)
         return await asyncio.wrap_future(submission.future)
 
@@ -173,7 +174,9 @@ class Client:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()

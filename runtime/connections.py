@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -74,10 +75,8 @@ def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | No
             return
         count = partitions or settings.request_partitions
         for name in wanted:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):  # created meanwhile
                 admin.create_topics([NewTopic(name, count, 1)])
-            except TopicAlreadyExistsError:
-                pass
     finally:
         admin.close()
 

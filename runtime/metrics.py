@@ -8,11 +8,11 @@ RECORDS = Counter(
     "headrace_dispatcher_records_total", "Request records read, by outcome", ["outcome"]
 )
 BATCHES = Counter("headrace_dispatcher_batches_total", "Batches dispatched", ["bucket"])
-REAL_TOKENS = Counter(
-    "headrace_dispatcher_real_tokens_total", "Real tokens dispatched", ["bucket"]
-)
+REAL_TOKENS = Counter("headrace_dispatcher_real_tokens_total", "Real tokens dispatched", ["bucket"])
 PADDED_TOKENS = Counter(
-    "headrace_dispatcher_padded_tokens_total", "Padded tokens (rows x longest) dispatched", ["bucket"]
+    "headrace_dispatcher_padded_tokens_total",
+    "Padded tokens (rows x longest) dispatched",
+    ["bucket"],
 )
 PADDING_EFFICIENCY = Gauge(
     "headrace_dispatcher_padding_efficiency", "Real / padded tokens since start", ["bucket"]

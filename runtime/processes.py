@@ -38,7 +38,9 @@ class Proc:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the reader thread
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", *self.args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             env=self.env,
         )
         threading.Thread(target=self._pump, args=(self.popen, log), daemon=True).start()
@@ -101,7 +103,9 @@ class Pipeline:
         self.env = {**os.environ, **(env or {})}
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         prefix = self.env.get("HEADRACE_TOPIC_PREFIX", "headrace")
-        self.log_dir = log_dir or Path(self.env.get("HEADRACE_STATE_DIR", ".headrace")) / "logs" / prefix
+        self.log_dir = (
+            log_dir or Path(self.env.get("HEADRACE_STATE_DIR", ".headrace")) / "logs" / prefix
+        )
         self.workers = [
             Proc(f"worker-{i}", ["worker", "--buckets", b], self.env, self.log_dir)
             for i, b in enumerate(worker_buckets or ["all"])
@@ -122,7 +126,9 @@ class Pipeline:
         return self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()

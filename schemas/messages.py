@@ -13,7 +13,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 
 from schemas.errors import ErrorCode, ErrorInfo
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MAX_INPUT_CHARS = 1_000_000  # a hard byte-ish ceiling; the token limit is the model's
 
 Identifier = Annotated[

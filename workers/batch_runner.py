@@ -75,7 +75,9 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     return completion
 
 
-def _answer(batch: Batch, items: list[BatchItem], ctx: BatchContext) -> list[tuple[BatchItem, Reply]]:
+def _answer(
+    batch: Batch, items: list[BatchItem], ctx: BatchContext
+) -> list[tuple[BatchItem, Reply]]:
     backend = ctx.backend
     now = datetime.fromtimestamp(ctx.clock(), UTC)
     replies: list[tuple[BatchItem, Reply]] = []
@@ -109,7 +111,9 @@ def _answer(batch: Batch, items: list[BatchItem], ctx: BatchContext) -> list[tup
 
 
 def _compute(
-    batch: Batch, runnable: list[tuple[BatchItem, EncodedItem]], ctx: BatchContext,
+    batch: Batch,
+    runnable: list[tuple[BatchItem, EncodedItem]],
+    ctx: BatchContext,
     started: float,
 ) -> list[tuple[BatchItem, Reply]]:
     """Embed ``runnable``; if the model fails, bisect so only the failing items fail."""
@@ -129,7 +133,7 @@ def _compute(
             batch, runnable[half:], ctx, ctx.clock()
         )
     compute_ms = (ctx.clock() - started) * 1000
-    info = BatchInfo(
+    batch_info = BatchInfo(
         batch_id=batch.batch_id,
         bucket=batch.bucket,
         size=len(runnable),
@@ -151,7 +155,7 @@ def _compute(
                 batch_wait_ms=max(0.0, (started - item.arrived_at) * 1000),
                 compute_ms=compute_ms,
             ),
-            batch=info,
+            batch=batch_info,
         )
         out.append((item, reply))
     return out

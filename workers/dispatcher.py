@@ -21,9 +21,9 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from pydantic import ValidationError
 
 from runtime import connections, metrics
-from runtime.models import UnknownModelError, known_models, model_spec
+from runtime.models import known_models, model_spec
 from runtime.settings import Settings
-from schemas.errors import ErrorCode, ErrorInfo
+from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
 from schemas.messages import Batch, BatchItem, DeadLetter, RecordRef, Reply, Request
 from schemas.topics import Topics
 from workers.admission import admission_error
@@ -164,8 +164,9 @@ class Dispatcher:
         if problem is not None:
             self.stats.rejected += 1
             metrics.RECORDS.labels(problem.code.value).inc()
-            self._reply_error(request.reply_to, request.request_id, request.tenant,
-                              request.model, problem, ref)
+            self._reply_error(
+                request.reply_to, request.request_id, request.tenant, request.model, problem, ref
+            )
             return
         key = (request.tenant, request.request_id)
         self.owner_of[ref_key(ref)] = key
@@ -197,32 +198,46 @@ class Dispatcher:
         except ValueError:
             parsed, code = None, ErrorCode.invalid_json
         reason = exc.errors(include_url=False, include_input=False)
-        message = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}"
-                            for e in reason[:5])
+        message = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in reason[:5]
+        )
         self.stats.malformed += 1
         metrics.RECORDS.labels(code.value).inc()
         log.warning("malformed record %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, message)
-        letter = DeadLetter(source=ref, code=code, reason=message,
-                            original=raw.decode("utf-8", errors="replace"))
+        letter = DeadLetter(
+            source=ref, code=code, reason=message, original=raw.decode("utf-8", errors="replace")
+        )
         self.producer.send(self.topics.dead_letter, value=letter.model_dump_json().encode())
-        if isinstance(parsed, dict) and isinstance(parsed.get("reply_to"), str) and isinstance(
-            parsed.get("request_id"), str
+        if (
+            isinstance(parsed, dict)
+            and isinstance(parsed.get("reply_to"), str)
+            and isinstance(parsed.get("request_id"), str)
         ):
             self._reply_error(
-                parsed["reply_to"], parsed["request_id"], str(parsed.get("tenant", "")),
-                str(parsed.get("model", "")), ErrorInfo(code=code, message=message), ref,
+                parsed["reply_to"],
+                parsed["request_id"],
+                str(parsed.get("tenant", "")),
+                str(parsed.get("model", "")),
+                ErrorInfo(code=code, message=message),
+                ref,
             )
         else:
             self._answered_now.append(ref)
 
     def _reply_error(
-        self, topic: str, request_id: str, tenant: str, model: str, error: ErrorInfo,
+        self,
+        topic: str,
+        request_id: str,
+        tenant: str,
+        model: str,
+        error: ErrorInfo,
         ref: RecordRef,
     ) -> None:
         reply = Reply(request_id=request_id, tenant=tenant, model=model, error=error)
         try:
-            self.producer.send(topic, key=request_id.encode(),
-                               value=reply.model_dump_json().encode())
+            self.producer.send(
+                topic, key=request_id.encode(), value=reply.model_dump_json().encode()
+            )
         except Exception:  # an unusable reply_to (bad topic name): the dead letter has it
             log.exception("could not send error reply to %r", topic)
         self._answered_now.append(ref)
@@ -237,7 +252,10 @@ class Dispatcher:
             if batch:
                 self.ready[bucket].append(batch)
             queue = self.ready[bucket]
-            while queue and self.in_flight_count[bucket] < self.settings.max_inflight_batches_per_bucket:
+            while (
+                queue
+                and self.in_flight_count[bucket] < self.settings.max_inflight_batches_per_bucket
+            ):
                 self._dispatch(bucket, queue.popleft(), attempt=1)
             self._set_paused(bucket, bool(queue))
 
@@ -294,8 +312,9 @@ class Dispatcher:
             self._uncount(flight)
             alive = [p for k, p in flight.pending.items() if k in self.owner_of]
             if alive:
-                log.warning("batch %s lease ran out; sending %d requests again",
-                            batch_id, len(alive))
+                log.warning(
+                    "batch %s lease ran out; sending %d requests again", batch_id, len(alive)
+                )
                 self.stats.redispatched += 1
                 metrics.REDISPATCHED.inc()
                 self._dispatch(flight.bucket, alive, attempt=flight.attempt + 1)
@@ -368,7 +387,9 @@ class Dispatcher:
     def forget_partitions(self, partitions: list[Partition]) -> None:
         gone = set(partitions)
         for batcher in self.batchers.values():
-            for dropped in batcher.drain(lambda p: (p.item.ref.topic, p.item.ref.partition) not in gone):
+            for dropped in batcher.drain(
+                lambda p: (p.item.ref.topic, p.item.ref.partition) not in gone
+            ):
                 key = self.owner_of.pop(ref_key(dropped.item.ref), None)
                 if key is not None:
                     self.waiting.pop(key, None)

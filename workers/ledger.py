@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import cast
 
 import redis
 
@@ -91,10 +92,10 @@ class Ledger:
         pipe.execute()
 
     def take_completions(self, dispatcher_id: str, limit: int = 1000) -> list[Completion]:
-        raw = self.redis.lpop(self.keys.completions(dispatcher_id), limit)
+        raw = cast(list[bytes] | None, self.redis.lpop(self.keys.completions(dispatcher_id), limit))
         if not raw:
             return []
-        return [Completion.model_validate_json(item) for item in raw]  # type: ignore[union-attr]
+        return [Completion.model_validate_json(item) for item in raw]
 
     # --- worker liveness ---------------------------------------------------------------------
     def heartbeat(self, worker_id: str, buckets: list[int]) -> None:

@@ -67,8 +67,10 @@ def test_reply_timings_and_batch_facts_are_plausible(client: Client) -> None:
         assert reply.batch.bucket == submission.bucket >= tokens
         assert reply.batch.real_tokens <= reply.batch.padded_tokens
         assert reply.batch.padded_tokens == reply.batch.size * max(
-            r.result.token_count for r in replies
-            if r.batch is not None and r.batch.batch_id == reply.batch.batch_id
+            r.result.token_count
+            for r in replies
+            if r.batch is not None
+            and r.batch.batch_id == reply.batch.batch_id
             and r.result is not None
         ) or reply.batch.size > sum(
             1 for r in replies if r.batch and r.batch.batch_id == reply.batch.batch_id
@@ -80,7 +82,9 @@ def test_each_bucket_topic_holds_only_its_lengths(client: Client) -> None:
     bounds = client.settings.buckets
     seen = 0
     for lower, upper in zip([0, *bounds], bounds, strict=False):
-        for record in read_topic(client.settings, Topics(client.settings.topic_prefix).requests(upper), 0.5):
+        for record in read_topic(
+            client.settings, Topics(client.settings.topic_prefix).requests(upper), 0.5
+        ):
             request = Request.model_validate_json(record.value)
             assert request.token_count is not None
             assert lower < request.token_count <= upper or (lower == 0 and request.token_count == 0)
@@ -100,7 +104,7 @@ def test_no_batch_passes_its_token_budget(client: Client) -> None:
 
 def test_same_request_id_twice_gives_one_reply(client: Client) -> None:
     request_id = f"dup-{uuid.uuid4().hex}"
-    (request, bucket), = client.prepare(["the same request, twice"], request_ids=[request_id])
+    ((request, bucket),) = client.prepare(["the same request, twice"], request_ids=[request_id])
     first = client.send(request, bucket)
     client.send(request, bucket)
     client._producer.flush()
@@ -109,7 +113,8 @@ def test_same_request_id_twice_gives_one_reply(client: Client) -> None:
     client._producer.flush()
     time.sleep(3)
     replies = [
-        r for r in read_topic(client.settings, client.reply_topic)
+        r
+        for r in read_topic(client.settings, client.reply_topic)
         if json.loads(r.value)["request_id"] == request_id
     ]
     assert len(replies) == 1
@@ -133,8 +138,11 @@ def test_truncation_when_asked(client: Client) -> None:
 def test_over_long_input_sent_raw_gets_an_error_reply(client: Client) -> None:
     topics = Topics(client.settings.topic_prefix)
     request = Request(
-        request_id=f"long-{uuid.uuid4().hex}", tenant="tests", model=client.settings.model,
-        input="word " * 700, reply_to=client.reply_topic,  # no token_count: not counted
+        request_id=f"long-{uuid.uuid4().hex}",
+        tenant="tests",
+        model=client.settings.model,
+        input="word " * 700,
+        reply_to=client.reply_topic,  # no token_count: not counted
     )
     submission = client.send(request, client.settings.buckets[-1])
     client._producer.flush()
@@ -170,7 +178,9 @@ def test_malformed_records_are_dead_lettered_and_the_dispatcher_goes_on(
     assert error_reply.error is not None and error_reply.error.code is ErrorCode.invalid_schema
     assert client.embed(["still serving after bad records"])  # dispatcher kept running
     assert shared_pipeline.dispatcher.alive()
-    letters = [DeadLetter.model_validate_json(r.value) for r in read_topic(settings, topics.dead_letter)]
+    letters = [
+        DeadLetter.model_validate_json(r.value) for r in read_topic(settings, topics.dead_letter)
+    ]
     codes = [letter.code for letter in letters]
     assert codes.count(ErrorCode.invalid_json) >= 2
     assert ErrorCode.invalid_schema in codes

@@ -38,8 +38,10 @@ def test_bad_values_are_refused() -> None:
 
 def test_secrets_are_masked_and_passed_to_kafka() -> None:
     settings = Settings(
-        kafka_security_protocol="SASL_SSL", kafka_sasl_mechanism="PLAIN",
-        kafka_sasl_username="svc", kafka_sasl_password="s3cret",  # type: ignore[arg-type]
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_mechanism="PLAIN",
+        kafka_sasl_username="svc",
+        kafka_sasl_password="s3cret",  # type: ignore[arg-type]
     )
     assert "s3cret" not in repr(settings)
     options = settings.kafka_options()

@@ -14,8 +14,11 @@ from schemas.messages import EmbeddingResult, Reply, Request
 
 def request(**overrides: object) -> Request:
     fields: dict[str, object] = {
-        "request_id": "r-1", "tenant": "acme", "model": "all-MiniLM-L6-v2",
-        "input": "hello", "reply_to": "headrace.replies.default",
+        "request_id": "r-1",
+        "tenant": "acme",
+        "model": "all-MiniLM-L6-v2",
+        "input": "hello",
+        "reply_to": "headrace.replies.default",
     }
     fields.update(overrides)
     return Request.model_validate(fields)
@@ -50,7 +53,9 @@ def test_reply_carries_exactly_one_of_result_and_error() -> None:
         Reply(request_id="r", tenant="t", model="m")
     with pytest.raises(ValidationError):
         Reply(
-            request_id="r", tenant="t", model="m",
+            request_id="r",
+            tenant="t",
+            model="m",
             result=EmbeddingResult(embedding=[1.0], token_count=1),
             error={"code": "internal", "message": "x"},  # type: ignore[arg-type]
         )

@@ -18,7 +18,9 @@ class FakeClock:
         self.now += ms / 1000
 
 
-def make(max_batch_tokens: int = 100, max_wait_ms: float = 20) -> tuple[DynamicBatcher[str], FakeClock]:
+def make(
+    max_batch_tokens: int = 100, max_wait_ms: float = 20
+) -> tuple[DynamicBatcher[str], FakeClock]:
     clock = FakeClock()
     return DynamicBatcher(max_batch_tokens, max_wait_ms, clock), clock
 
@@ -62,7 +64,7 @@ def test_item_larger_than_budget_is_a_batch_of_its_own() -> None:
 
 
 def test_early_flush_when_workers_are_idle() -> None:
-    batcher, clock = make(max_wait_ms=1000)
+    batcher, _ = make(max_wait_ms=1000)
     batcher.add("a", 10)
     assert batcher.due(idle=False) is None
     assert batcher.due(idle=True) == ["a"]

@@ -108,4 +108,5 @@ class EmbeddingBackend:
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
             if normalize:
                 pooled = torch.nn.functional.normalize(pooled, dim=1)
-            return pooled
+            result: torch.Tensor = pooled
+            return result
