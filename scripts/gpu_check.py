@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from workers.backends.embedding import EmbeddingBackend  # noqa: E402
+from workers.backends.embedding import EmbeddingBackend
 
 BUCKETS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
 TEXTS = [
@@ -74,29 +74,41 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 2
-    report: dict[str, object] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    report: dict[str, object] = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+    }
     backend = EmbeddingBackend("all-MiniLM-L6-v2", args.model_dir, 512, device="cuda")
     backend.load_weights()
     backend.build()
     backend.warm_up(BUCKETS)
     t = backend.timings
-    report["load"] = {"load_weights_s": t.load_weights_s, "build_s": t.build_s,
-                      "warm_up_s": t.warm_up_s, **t.memory}
-    got, real, padded = backend.embed(backend.encode(TEXTS, [False] * len(TEXTS)), [True] * len(TEXTS))
+    report["load"] = {
+        "load_weights_s": t.load_weights_s,
+        "build_s": t.build_s,
+        "warm_up_s": t.warm_up_s,
+        **t.memory,
+    }
+    encoded = backend.encode(TEXTS, [False] * len(TEXTS))
+    got, _, _ = backend.embed(encoded, [True] * len(TEXTS))
     cos = torch.nn.functional.cosine_similarity(torch.tensor(got), reference(args.model_dir, TEXTS))
     report["cosine_vs_cpu_fp32"] = {"min": float(cos.min()), "ok": bool(cos.min() >= 0.999)}
     report["tokens_per_s"] = {
         str(length): round(throughput(backend, length, max(1, 16384 // length)))
         for length in (16, 64, 128, 512)
     }
-    per_token = {str(length): peak_bytes(backend, length, max(1, 32768 // length)) / 32768
-                 for length in (32, 128, 512)}
+    per_token = {
+        str(length): peak_bytes(backend, length, max(1, 32768 // length)) / 32768
+        for length in (32, 128, 512)
+    }
     report["activation_bytes_per_padded_token"] = per_token
     free, total = torch.cuda.mem_get_info()
     budget = args.memory_fraction * free
     worst = max(per_token.values())
     report["calibration"] = {
-        "free_bytes": free, "total_bytes": total, "memory_fraction": args.memory_fraction,
+        "free_bytes": free,
+        "total_bytes": total,
+        "memory_fraction": args.memory_fraction,
         "max_batch_tokens_for_budget": int(budget / worst),
     }
     text = json.dumps(report, indent=2)

@@ -9,10 +9,21 @@ from schemas.errors import HeadraceError
 def test_exported_names() -> None:
     assert sorted(headrace.__all__) == sorted(
         [
-            "Client", "EmptyInputError", "ErrorCode", "HeadraceError", "InputTooLongError",
-            "InvalidRequestError", "Reply", "ReplyTimeoutError", "Request",
-            "RequestFailedError", "Settings", "Submission", "UnknownModelError",
-            "__version__", "stream_replies",
+            "Client",
+            "EmptyInputError",
+            "ErrorCode",
+            "HeadraceError",
+            "InputTooLongError",
+            "InvalidRequestError",
+            "Reply",
+            "ReplyTimeoutError",
+            "Request",
+            "RequestFailedError",
+            "Settings",
+            "Submission",
+            "UnknownModelError",
+            "__version__",
+            "stream_replies",
         ]
     )
     for name in headrace.__all__:
@@ -20,8 +31,13 @@ def test_exported_names() -> None:
 
 
 def test_every_error_is_a_headrace_error_with_a_code() -> None:
-    for name in ("EmptyInputError", "InputTooLongError", "UnknownModelError",
-                 "InvalidRequestError", "ReplyTimeoutError"):
+    for name in (
+        "EmptyInputError",
+        "InputTooLongError",
+        "UnknownModelError",
+        "InvalidRequestError",
+        "ReplyTimeoutError",
+    ):
         error = getattr(headrace, name)
         assert issubclass(error, HeadraceError)
         assert error.code in headrace.ErrorCode

@@ -32,11 +32,13 @@ def test_compose_config_validates() -> None:
         argv = ["docker", "compose"] if probe.returncode == 0 else None
     if argv is None:
         pytest.skip("no docker compose here (apt-get install docker-compose)")
-    env = {**os.environ, "REDIS_PASSWORD": "x", "S3_SECRET_ACCESS_KEY": "x", "POSTGRES_PASSWORD": "x"}
+    secrets = {"REDIS_PASSWORD": "x", "S3_SECRET_ACCESS_KEY": "x", "POSTGRES_PASSWORD": "x"}
+    env = {**os.environ, **secrets}
     result = subprocess.run([*argv, "-f", str(COMPOSE), "config"], env=env, capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
     missing = subprocess.run(
         [*argv, "-f", str(COMPOSE), "config"],
-        env={k: v for k, v in env.items() if k != "REDIS_PASSWORD"}, capture_output=True,
+        env={k: v for k, v in env.items() if k != "REDIS_PASSWORD"},
+        capture_output=True,
     )
     assert missing.returncode != 0 and b"REDIS_PASSWORD" in missing.stderr
