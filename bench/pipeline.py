@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bench import cpu
 from bench.texts import long_tail_texts
 from producers.client import Client
 from runtime.localstack import LocalStack
@@ -40,6 +41,7 @@ class RunResult:
     batch_padded: int
     replies: list[Reply]
     compute_s: float  # sum of the batches' compute time on the worker
+    cpu_s: dict[str, float]  # CPU seconds per process during the run
 
     @property
     def tokens_per_s(self) -> float:
@@ -66,16 +68,20 @@ class LoneLegs:
 
 
 def run_pipeline(
-    texts: list[str], env: dict[str, str], lone: int = 0
+    texts: list[str], env: dict[str, str], services: dict[str, int], lone: int = 0
 ) -> tuple[RunResult, LoneLegs]:
     os.environ.update(env)
     settings = Settings()
-    with Pipeline(env=env), Client(settings, tenant="bench") as client:
+    with Pipeline(env=env) as pipeline, Client(settings, tenant="bench") as client:
         client.embed(texts[:8])  # connections warm
+        pids = {**services, "dispatcher": pipeline.dispatcher.pid, "client": os.getpid()}
+        pids.update({w.name: w.pid for w in pipeline.workers})
+        cpu_before = cpu.snapshot(pids)
         start = time.perf_counter()
         submissions = client.submit_many(texts)
         replies = [s.result(600) for s in submissions]
         wall = time.perf_counter() - start
+        cpu_used = cpu.delta(cpu_before, cpu.snapshot(pids))
         legs = LoneLegs([], [], [], [])
         for i in range(lone):
             time.sleep(0.05)  # a lone request: nothing else in flight
@@ -108,6 +114,7 @@ def run_pipeline(
             batch_padded=sum(p for _, p in sizes.values()),
             replies=replies,
             compute_s=sum(compute_ms.values()) / 1000,
+            cpu_s=cpu_used,
         ),
         legs,
     )
@@ -146,9 +153,14 @@ def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -
             f"{len(texts)} texts; buckets {settings.buckets}; "
             f"max_batch_tokens {settings.max_batch_tokens}, max_wait_ms {settings.max_wait_ms}"
         )
-        bucketed, legs = run_pipeline(texts, _settings_env(f"bench-{run_id}-b", None), lone)
+        services = {s.name: s.pid for s in stack.status()}
+        bucketed, legs = run_pipeline(
+            texts, _settings_env(f"bench-{run_id}-b", None), services, lone
+        )
         one_bucket = (
-            run_pipeline(texts, _settings_env(f"bench-{run_id}-s", [settings.buckets[-1]]))[0]
+            run_pipeline(
+                texts, _settings_env(f"bench-{run_id}-s", [settings.buckets[-1]]), services
+            )[0]
             if single
             else None
         )
@@ -166,6 +178,10 @@ def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -
     )
     table.add_row(
         "    worker compute / wall, buckets", f"{bucketed.compute_s:.2f}s / {bucketed.wall_s:.2f}s"
+    )
+    table.add_row(
+        "    CPU seconds during (b)",
+        ", ".join(f"{name} {sec:.2f}" for name, sec in sorted(bucketed.cpu_s.items())),
     )
     if one_bucket is not None:
         table.add_row("(c) pipeline tokens/s, one bucket", f"{one_bucket.tokens_per_s:,.0f}")

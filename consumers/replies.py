@@ -26,10 +26,12 @@ log = logging.getLogger(__name__)
 
 ReplyKey = tuple[str, str]  # (tenant, request_id)
 EAGER_PENDING_MAX = 8
+EAGER_GRACE_S = 1.0
 
 
 class ReplyListener:
     def __init__(self, settings: Settings, topic: str) -> None:
+        self.settings = settings
         self.topic = topic
         self._consumer = connections.consumer(settings, group_id=None)
         parts = self._consumer.partitions_for_topic(topic) or {0}
@@ -73,13 +75,17 @@ class ReplyListener:
 
     def _run(self) -> None:
         seen: OrderedDict[ReplyKey, None] = OrderedDict()
-        eager = False
+        current_ms = self.settings.kafka_fetch_wait_busy_ms
+        last_awaited = -EAGER_GRACE_S
         while not self._stop.is_set():
-            # a few requests waiting: fetch eagerly; a flood: save the CPU for the model
-            wanted = 0 < self.pending() <= EAGER_PENDING_MAX
-            if wanted != eager:
-                connections.set_fetch_wait(self._consumer, eager=wanted)
-                eager = wanted
+            pending = self.pending()
+            now = time.monotonic()
+            if pending:
+                last_awaited = now
+            wait_ms = _fetch_wait_ms(self.settings, pending, now - last_awaited < EAGER_GRACE_S)
+            if wait_ms != current_ms:
+                connections.set_fetch_wait(self._consumer, wait_ms)
+                current_ms = wait_ms
             try:
                 polled = self._consumer.poll(timeout_ms=50)
             except Exception:
@@ -105,6 +111,20 @@ class ReplyListener:
                         self.duplicates += 1
                     else:
                         self.unmatched += 1
+
+
+def _fetch_wait_ms(settings: Settings, pending: int, recently_awaited: bool) -> int:
+    """A few replies awaited (or just were, so more may follow): fetch eagerly. A flood: save
+    the CPU for the model. Nothing for a while: wait a little longer."""
+    if pending == 0:
+        return (
+            settings.kafka_fetch_wait_eager_ms
+            if recently_awaited
+            else (settings.kafka_fetch_wait_idle_ms)
+        )
+    if pending <= EAGER_PENDING_MAX:
+        return settings.kafka_fetch_wait_eager_ms
+    return settings.kafka_fetch_wait_busy_ms
 
 
 def stream_replies(

@@ -35,6 +35,12 @@ class Settings(BaseSettings):
     kafka_sasl_mechanism: str | None = None
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
+    # tansu answers a parked fetch only when its wait runs out (see README): consumers wait
+    # eagerly while a lone record's latency counts, longer while idle, longest while the model
+    # computes. With Apache Kafka, which answers as soon as a record lands, set all three to 500.
+    kafka_fetch_wait_eager_ms: int = Field(default=2, ge=0)
+    kafka_fetch_wait_idle_ms: int = Field(default=20, ge=0)
+    kafka_fetch_wait_busy_ms: int = Field(default=100, ge=0)
     redis_url: str = "redis://127.0.0.1:16379/0"
     s3_endpoint_url: str = "http://127.0.0.1:18333"
     s3_access_key_id: str | None = None

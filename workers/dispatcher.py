@@ -103,7 +103,7 @@ class Dispatcher:
         self.paused: set[int] = set()
         self.stats = DispatcherStats()
         self.announced = False
-        self._eager = False
+        self._fetch_wait_ms = settings.kafka_fetch_wait_busy_ms
         self._answered_now: list[RecordRef] = []
         self._live: dict[int, int] = {}
         self._live_checked = -1e9
@@ -124,10 +124,14 @@ class Dispatcher:
             self.close()
 
     def step(self) -> None:
-        idle = not self.in_flight and not any(len(b) for b in self.batchers.values())
-        if idle != self._eager:  # a lone request should not wait; a busy worker needs the CPU
-            connections.set_fetch_wait(self.consumer, eager=idle)
-            self._eager = idle
+        # A lone request (at most one batch in flight) should not wait; a flood keeps the
+        # worker busy and the CPU is better spent on the model.
+        flood = len(self.in_flight) > 1 or any(len(b) for b in self.batchers.values())
+        s = self.settings
+        wait_ms = s.kafka_fetch_wait_busy_ms if flood else s.kafka_fetch_wait_eager_ms
+        if wait_ms != self._fetch_wait_ms:
+            connections.set_fetch_wait(self.consumer, wait_ms)
+            self._fetch_wait_ms = wait_ms
         polled = self.consumer.poll(timeout_ms=self._poll_timeout_ms())
         now = time.time()
         for records in polled.values():
