@@ -362,7 +362,8 @@ class Dispatcher:
     def _poll_timeout_ms(self) -> int:
         """Sleep in poll until the next batch is due; wake often enough to see completions
         (a new record wakes poll at once, and completions are read right after it)."""
-        ceiling = 10 if (self.in_flight or self._answered_now or any(self.ready.values())) else 100
+        busy = self.in_flight or self._answered_now or any(self.ready.values())
+        ceiling = 30 if busy else 100
         waits = [w for b in self.batchers.values() if (w := b.seconds_until_due()) is not None]
         if waits:
             return max(1, min(ceiling, int(min(waits) * 1000)))
