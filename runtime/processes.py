@@ -113,9 +113,13 @@ class Pipeline:
         self.dispatcher = Proc("dispatcher", ["dispatcher"], self.env, self.log_dir)
 
     def start(self) -> Pipeline:
-        for worker in self.workers:
-            worker.start()
-        self.dispatcher.start()
+        try:
+            for worker in self.workers:
+                worker.start()
+            self.dispatcher.start()
+        except BaseException:
+            self.stop()  # leave no worker behind when a later process fails to start
+            raise
         return self
 
     def stop(self) -> None:
