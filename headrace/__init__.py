@@ -8,6 +8,7 @@ from consumers.replies import stream_replies
 from producers.client import Client, Submission
 from runtime.settings import Settings
 from schemas.errors import (
+    BackpressureError,
     EmptyInputError,
     ErrorCode,
     HeadraceError,
@@ -15,6 +16,7 @@ from schemas.errors import (
     InvalidRequestError,
     ReplyTimeoutError,
     RequestFailedError,
+    RequestTooLargeError,
     UnknownModelError,
 )
 from schemas.messages import Reply, Request
@@ -22,6 +24,7 @@ from schemas.messages import Reply, Request
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackpressureError",
     "Client",
     "EmptyInputError",
     "ErrorCode",
@@ -32,6 +35,7 @@ __all__ = [
     "ReplyTimeoutError",
     "Request",
     "RequestFailedError",
+    "RequestTooLargeError",
     "Settings",
     "Submission",
     "UnknownModelError",

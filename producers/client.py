@@ -8,11 +8,15 @@
 Requests are checked before they are sent (empty, unknown model, too long without
 ``truncate=True``), counted with the model's tokenizer, and produced to the topic of their
 length bucket with key = request_id. Replies arrive on the client's reply topic.
+
+At most ``client_max_pending`` requests await replies at once; past that ``send`` blocks up to
+``client_block_timeout_s`` or raises ``BackpressureError`` at once (``client_on_full``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -29,13 +33,18 @@ from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.buckets import bucket_for
 from schemas.errors import (
+    BackpressureError,
     EmptyInputError,
     InputTooLongError,
     ReplyTimeoutError,
     RequestFailedError,
+    RequestTooLargeError,
 )
-from schemas.messages import EmbedParams, Reply, Request
+from schemas.messages import Control, EmbedParams, Reply, Request
 from schemas.topics import Topics
+
+# Envelope bytes a request's JSON adds to its text (ids, topic, times), generously rounded up.
+ENVELOPE_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,10 @@ class Client:
         connections.ensure_topics(
             self.settings, [self.topics.requests(b) for b in self.settings.buckets]
         )
-        connections.ensure_topics(self.settings, [self.reply_topic], partitions=1)
+        connections.ensure_topics(
+            self.settings, [self.reply_topic, self.topics.control], partitions=1
+        )
+        self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
         self._producer = connections.producer(self.settings)
         self._listener = ReplyListener(self.settings, self.reply_topic).start()
 
@@ -117,13 +129,23 @@ class Client:
                 created_at=now,
                 token_count=tokens,
             )
+            # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
+            if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
+                size = len(request.model_dump_json())
+                if size > self.settings.max_request_bytes:
+                    raise RequestTooLargeError(
+                        f"text {i} makes a {size}-byte request; the limit is "
+                        f"{self.settings.max_request_bytes} (max_request_bytes)"
+                    )
             out.append((request, bucket_for(tokens, self.settings.buckets)))
         return out
 
     # --- sending ---------------------------------------------------------------------------------
     def send(self, request: Request, bucket: int) -> Submission:
         """Produce a prepared request (no checks) and return its submission."""
+        self._take_slot()
         future = self._listener.expect(request.tenant, request.request_id)
+        future.add_done_callback(lambda _: self._slots.release())
         self._producer.send(
             self.topics.requests(bucket),
             key=request.request_id.encode(),
@@ -161,10 +183,37 @@ class Client:
         submission = await asyncio.to_thread(self.submit, text, **options)
         return await asyncio.wrap_future(submission.future)
 
+    def cancel(self, request_id: str, *, tenant: str | None = None) -> None:
+        """Ask the pipeline to cancel a request. Not yet computed: it is not computed and its
+        reply is the error ``cancelled``. Computing right now: it finishes, but the reply is
+        still ``cancelled``. Already answered: nothing changes."""
+        control = Control(action="cancel", tenant=tenant or self.tenant, request_id=request_id)
+        self._producer.send(
+            self.topics.control, key=request_id.encode(), value=control.model_dump_json().encode()
+        )
+        self._producer.flush()
+
+    def _take_slot(self) -> None:
+        s = self.settings
+        blocking = s.client_on_full == "block"
+        if self._slots.acquire(
+            blocking=blocking, timeout=s.client_block_timeout_s if blocking else None
+        ):
+            return
+        raise BackpressureError(
+            f"{s.client_max_pending} requests await replies (client_max_pending)"
+            + (f"; none answered within {s.client_block_timeout_s}s" if blocking else "")
+        )
+
     # --- lifecycle -------------------------------------------------------------------------------
     @property
     def duplicate_replies(self) -> int:
         return self._listener.duplicates
+
+    @property
+    def pending(self) -> int:
+        """Requests sent by this client still awaiting their reply."""
+        return self._listener.pending()
 
     def close(self) -> None:
         self._producer.close(timeout=5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 from celery import Celery
@@ -83,13 +84,29 @@ def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | No
 
 def redis_client(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(
-        settings.redis_url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=10
+        settings.redis_url,
+        password=settings.redis_password_value(),
+        socket_timeout=5,
+        socket_connect_timeout=2,
+        health_check_interval=10,
     )
+
+
+def broker_url(settings: Settings) -> str:
+    """The Redis URL with the password from settings put in (Celery reads it from the URL)."""
+    password = settings.redis_password_value()
+    if password is None:
+        return settings.redis_url
+    parts = urlsplit(settings.redis_url)
+    netloc = f":{quote(password, safe='')}@{parts.hostname}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def celery_app(settings: Settings) -> Celery:
     """A Celery app on the Redis broker, JSON only, late acks, prefetch 1."""
-    app = Celery("headrace", broker=settings.redis_url)
+    app = Celery("headrace", broker=broker_url(settings))
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],

@@ -35,13 +35,20 @@ class Settings(BaseSettings):
     kafka_sasl_mechanism: str | None = None
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
+    # TLS: set kafka_security_protocol to SSL or SASL_SSL and point these at PEM files.
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_password: SecretStr | None = None
     # tansu answers a parked fetch only when its wait runs out (see README): consumers wait
     # eagerly while a lone record's latency counts, longer while idle, longest while the model
     # computes. With Apache Kafka, which answers as soon as a record lands, set all three to 500.
     kafka_fetch_wait_eager_ms: int = Field(default=2, ge=0)
     kafka_fetch_wait_idle_ms: int = Field(default=20, ge=0)
     kafka_fetch_wait_busy_ms: int = Field(default=100, ge=0)
+    # TLS: use a rediss:// URL. The password is kept out of the URL so it never lands in logs.
     redis_url: str = "redis://127.0.0.1:16379/0"
+    redis_password: SecretStr | None = None
     s3_endpoint_url: str = "http://127.0.0.1:18333"
     s3_access_key_id: str | None = None
     s3_secret_access_key: SecretStr | None = None
@@ -75,6 +82,36 @@ class Settings(BaseSettings):
     commit_interval_ms: float = Field(default=100.0, ge=0)
     answered_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
 
+    # --- faults and limits ----------------------------------------------------------------
+    # A request whose batch crashed or ran past its lease this many times while alone in its
+    # batch is dead-lettered (crashed batches are split in halves before they are sent again).
+    max_attempts: int = Field(default=3, ge=1)
+    max_request_bytes: int = Field(default=1 << 20, ge=1024)  # JSON size, producer and dispatcher
+    # Degradation: a bucket with no live worker for degrade_after_s, or whose model-error rate
+    # passes breaker_error_rate (over at least breaker_min_requests in breaker_window_s), answers
+    # new requests at once with `unavailable` ("error") or keeps queueing them ("queue"), and
+    # tries again after breaker_cooldown_s.
+    degrade_after_s: float = Field(default=5.0, gt=0)
+    degraded_fallback: Literal["error", "queue"] = "error"
+    breaker_error_rate: float = Field(default=0.5, gt=0, le=1)
+    breaker_min_requests: int = Field(default=20, ge=1)
+    breaker_window_s: float = Field(default=30.0, gt=0)
+    breaker_cooldown_s: float = Field(default=10.0, gt=0)
+    # The client's bound on unanswered requests: past it, submit blocks up to
+    # client_block_timeout_s ("block") or raises BackpressureError at once ("raise").
+    client_max_pending: int = Field(default=10_000, ge=1)
+    client_on_full: Literal["block", "raise"] = "block"
+    client_block_timeout_s: float = Field(default=30.0, ge=0)
+    # How long a worker waits for its replies to be acknowledged by the broker (it keeps its
+    # claims meanwhile, so a broker restart delays replies instead of duplicating them).
+    reply_delivery_timeout_s: float = Field(default=120.0, gt=0)
+
+    # --- fault injection (tests and drills only; never set in production) --------------------
+    # An input containing fault_poison_marker makes the model raise; one containing
+    # fault_crash_marker kills the worker process (os._exit) mid-batch.
+    fault_poison_marker: str | None = None
+    fault_crash_marker: str | None = None
+
     @field_validator("buckets")
     @classmethod
     def _check_buckets(cls, value: list[int]) -> list[int]:
@@ -106,13 +143,24 @@ class Settings(BaseSettings):
         options: dict[str, Any] = {
             "bootstrap_servers": self.kafka_bootstrap.split(","),
             "security_protocol": self.kafka_security_protocol,
+            # the default backoff grows to 30 s; a restarted broker should be found in ~1 s
+            "reconnect_backoff_max_ms": 1000,
         }
         if self.kafka_sasl_mechanism:
             options["sasl_mechanism"] = self.kafka_sasl_mechanism
             options["sasl_plain_username"] = self.kafka_sasl_username
             if self.kafka_sasl_password is not None:
                 options["sasl_plain_password"] = self.kafka_sasl_password.get_secret_value()
+        for name in ("cafile", "certfile", "keyfile"):
+            path = getattr(self, f"kafka_ssl_{name}")
+            if path is not None:
+                options[f"ssl_{name}"] = str(path)
+        if self.kafka_ssl_password is not None:
+            options["ssl_password"] = self.kafka_ssl_password.get_secret_value()
         return options
+
+    def redis_password_value(self) -> str | None:
+        return self.redis_password.get_secret_value() if self.redis_password else None
 
     def port_of(self, url: str) -> int:
         parsed = urlparse(url if "://" in url else f"tcp://{url}")

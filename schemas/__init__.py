@@ -2,6 +2,7 @@
 
 from schemas.buckets import DEFAULT_BUCKETS, bucket_for
 from schemas.errors import (
+    BackpressureError,
     EmptyInputError,
     ErrorCode,
     ErrorInfo,
@@ -10,6 +11,7 @@ from schemas.errors import (
     InvalidRequestError,
     ReplyTimeoutError,
     RequestFailedError,
+    RequestTooLargeError,
     UnknownModelError,
 )
 from schemas.messages import (
@@ -18,6 +20,7 @@ from schemas.messages import (
     BatchInfo,
     BatchItem,
     Completion,
+    Control,
     EmbedParams,
     Reply,
     Request,
@@ -28,10 +31,12 @@ from schemas.topics import Topics
 __all__ = [
     "DEFAULT_BUCKETS",
     "SCHEMA_VERSION",
+    "BackpressureError",
     "Batch",
     "BatchInfo",
     "BatchItem",
     "Completion",
+    "Control",
     "EmbedParams",
     "EmptyInputError",
     "ErrorCode",
@@ -43,6 +48,7 @@ __all__ = [
     "ReplyTimeoutError",
     "Request",
     "RequestFailedError",
+    "RequestTooLargeError",
     "Timings",
     "Topics",
     "UnknownModelError",

@@ -14,7 +14,10 @@ class ErrorCode(StrEnum):
     input_too_long = "input_too_long"
     unknown_model = "unknown_model"
     deadline_exceeded = "deadline_exceeded"
+    request_too_large = "request_too_large"
     cancelled = "cancelled"
+    unavailable = "unavailable"  # the bucket has no live worker or is failing: try later
+    redelivery_exhausted = "redelivery_exhausted"  # its batch crashed or timed out N times
     model_error = "model_error"
     internal = "internal"
 
@@ -33,9 +36,11 @@ class HeadraceError(Exception):
     ├── InvalidRequestError      the request was refused before it was sent
     │   ├── EmptyInputError
     │   ├── InputTooLongError
+    │   ├── RequestTooLargeError
     │   └── UnknownModelError
     ├── RequestFailedError       the pipeline answered with a typed error (``.code``)
-    └── ReplyTimeoutError        no reply within the caller's timeout
+    ├── ReplyTimeoutError        no reply within the caller's timeout
+    └── BackpressureError        the client's bound on unanswered requests is reached
     """
 
     code: ErrorCode = ErrorCode.internal
@@ -53,6 +58,10 @@ class InputTooLongError(InvalidRequestError):
     code = ErrorCode.input_too_long
 
 
+class RequestTooLargeError(InvalidRequestError):
+    code = ErrorCode.request_too_large
+
+
 class UnknownModelError(InvalidRequestError, LookupError):
     code = ErrorCode.unknown_model
 
@@ -67,3 +76,9 @@ class RequestFailedError(HeadraceError):
 
 class ReplyTimeoutError(HeadraceError, TimeoutError):
     pass
+
+
+class BackpressureError(HeadraceError):
+    """Too many requests await replies; raised at once or after the configured block timeout."""
+
+    code = ErrorCode.unavailable

@@ -139,6 +139,7 @@ class Completion(_Message):
     batch_id: str
     done: list[RecordRef]
     deferred: list[RecordRef] = []
+    failed: int = 0  # of ``done``, how many got a model_error (feeds the error-rate breaker)
 
 
 class DeadLetter(_Message):
@@ -148,3 +149,13 @@ class DeadLetter(_Message):
     reason: str
     original: str  # the record's bytes, decoded as UTF-8 with replacement
     failed_at: AwareDatetime = Field(default_factory=utc_now)
+
+
+class Control(_Message):
+    """A control record on ``<prefix>.control``; today the only action is ``cancel``."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    action: Literal["cancel"]
+    tenant: Identifier
+    request_id: Identifier
+    sent_at: AwareDatetime = Field(default_factory=utc_now)

@@ -23,6 +23,11 @@ class Topics:
     def dead_letter(self) -> str:
         return f"{self.prefix}.dead-letter"
 
+    @property
+    def control(self) -> str:
+        """Cancellations (and later other control records) for this prefix."""
+        return f"{self.prefix}.control"
+
     def queue(self, bucket: int) -> str:
         """Celery queue (Redis list) that carries this bucket's batches."""
         return f"{self.prefix}.b{bucket}"

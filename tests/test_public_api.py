@@ -9,6 +9,7 @@ from schemas.errors import HeadraceError
 def test_exported_names() -> None:
     assert sorted(headrace.__all__) == sorted(
         [
+            "BackpressureError",
             "Client",
             "EmptyInputError",
             "ErrorCode",
@@ -19,6 +20,7 @@ def test_exported_names() -> None:
             "ReplyTimeoutError",
             "Request",
             "RequestFailedError",
+            "RequestTooLargeError",
             "Settings",
             "Submission",
             "UnknownModelError",
@@ -37,6 +39,8 @@ def test_every_error_is_a_headrace_error_with_a_code() -> None:
         "UnknownModelError",
         "InvalidRequestError",
         "ReplyTimeoutError",
+        "RequestTooLargeError",
+        "BackpressureError",
     ):
         error = getattr(headrace, name)
         assert issubclass(error, HeadraceError)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+import torch
+
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.messages import (
     Batch,
@@ -34,7 +36,9 @@ log = logging.getLogger(__name__)
 class ReplySink(Protocol):
     def send(self, topic: str, reply: Reply) -> None: ...
 
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Return once every reply sent is acknowledged by the broker; raise if one failed."""
+        ...
 
 
 @dataclass
@@ -42,37 +46,64 @@ class BatchContext:
     backend: Backend
     ledger: Ledger
     sink: ReplySink
+    worker_id: str = "worker"
     claim_ms: int = 60_000
     clock: Callable[[], float] = time.time
     stats: dict[str, float] = field(default_factory=lambda: {"batches": 0, "replies": 0})
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
+    ctx.ledger.start_batch(batch.batch_id, ctx.worker_id)
     ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
     states = ctx.ledger.claim(ids, owner=batch.batch_id, lease_ms=ctx.claim_ms)
     already: list[RecordRef] = []
     deferred: list[RecordRef] = []
     fresh: list[BatchItem] = []
+    replies: list[tuple[BatchItem, Reply]] = []
     for item, state in zip(batch.items, states, strict=True):
         if state is ClaimState.answered:
             already.append(item.ref)
         elif state is ClaimState.busy:
             deferred.append(item.ref)
+        elif state is ClaimState.cancelled:
+            replies.append((item, _failure(item, CANCELLED)))
         else:
             fresh.append(item)
 
-    replies = _answer(batch, fresh, ctx)
+    replies.extend(_cancel_late(_answer(batch, fresh, ctx), ctx))
     for item, reply in replies:
         ctx.sink.send(item.request.reply_to, reply)
     ctx.sink.flush()
     ctx.ledger.mark_answered([(i.request.tenant, i.request.request_id) for i, _ in replies])
     ctx.stats["batches"] += 1
     ctx.stats["replies"] += len(replies)
+    failed = sum(
+        1 for _, r in replies if r.error is not None and r.error.code is ErrorCode.model_error
+    )
     completion = Completion(
-        batch_id=batch.batch_id, done=already + [i.ref for i, _ in replies], deferred=deferred
+        batch_id=batch.batch_id,
+        done=already + [i.ref for i, _ in replies],
+        deferred=deferred,
+        failed=failed,
     )
     ctx.ledger.notify(batch.dispatcher_id, completion)
+    ctx.ledger.end_batch(batch.batch_id)
     return completion
+
+
+CANCELLED = ErrorInfo(code=ErrorCode.cancelled, message="cancelled")
+
+
+def _cancel_late(
+    replies: list[tuple[BatchItem, Reply]], ctx: BatchContext
+) -> list[tuple[BatchItem, Reply]]:
+    """A request cancelled while it was computed finishes, but its requester sees cancelled."""
+    ids = [(i.request.tenant, i.request.request_id) for i, _ in replies]
+    flags = ctx.ledger.cancelled(ids)
+    return [
+        (item, _failure(item, CANCELLED) if cancelled else reply)
+        for (item, reply), cancelled in zip(replies, flags, strict=True)
+    ]
 
 
 def _answer(
@@ -124,6 +155,8 @@ def _compute(
             [enc for _, enc in runnable], [i.request.params.normalize for i, _ in runnable]
         )
     except Exception as exc:
+        if isinstance(exc, torch.OutOfMemoryError) and torch.cuda.is_available():
+            torch.cuda.empty_cache()  # then split: each half needs about half the memory
         if len(runnable) == 1:
             log.exception("batch %s: item failed", batch.batch_id)
             info = ErrorInfo(code=ErrorCode.model_error, message=f"{type(exc).__name__}: {exc}")

@@ -9,17 +9,20 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import redis
 from kafka import ConsumerRebalanceListener
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata, TopicPartition
+from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
+from consumers.replies import stream_replies
 from runtime import connections, metrics
 from runtime.models import known_models, model_spec
 from runtime.settings import Settings
@@ -28,7 +31,9 @@ from schemas.messages import Batch, BatchItem, DeadLetter, RecordRef, Reply, Req
 from schemas.topics import Topics
 from workers.admission import admission_error
 from workers.batcher import DynamicBatcher
-from workers.ledger import Ledger
+from workers.control import ControlReader
+from workers.health import BucketHealth, Health, HealthPolicy
+from workers.ledger import ClaimState, Ledger
 from workers.offsets import OffsetTracker, Partition
 from workers.worker import TASK_NAME
 
@@ -37,6 +42,11 @@ log = logging.getLogger(__name__)
 RefKey = tuple[str, int, int]
 RequestKey = tuple[str, str]  # (tenant, request_id)
 LIVE_WORKER_WINDOW_S = 6.0
+HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
+CONTROL_INTERVAL_S = 0.05
+CANCELLED_REMEMBERED = 100_000
+# Redis (and the Celery broker on it) unreachable: retry on the next pass instead of dying.
+STATE_ERRORS = (redis.RedisError, OperationalError, OSError)
 
 
 def ref_key(ref: RecordRef) -> RefKey:
@@ -47,6 +57,11 @@ def ref_key(ref: RecordRef) -> RefKey:
 class Pending:
     item: BatchItem
     tokens: int
+    failures: int = 0  # batches of this request that crashed or ran past their lease
+
+    @property
+    def key(self) -> RequestKey:
+        return (self.item.request.tenant, self.item.request.request_id)
 
 
 @dataclass
@@ -66,6 +81,10 @@ class DispatcherStats:
     duplicates: int = 0
     batches: int = 0
     redispatched: int = 0
+    exhausted: int = 0
+    cancelled: int = 0
+    unavailable: int = 0
+    redis_recoveries: int = 0
     real_tokens: int = 0
     padded_tokens: int = 0
     per_bucket: Counter[int] = field(default_factory=Counter)
@@ -105,9 +124,23 @@ class Dispatcher:
         self.announced = False
         self._fetch_wait_ms = settings.kafka_fetch_wait_busy_ms
         self._answered_now: list[RecordRef] = []
-        self._live: dict[int, int] = {}
+        self._to_mark: list[RequestKey] = []  # answered here: mark in the ledger after flush
+        self._live: dict[int, set[str]] = {}
         self._live_checked = -1e9
+        self._control_checked = -1e9
         self._last_commit = clock()
+        self._epoch: str | None = None
+        self._state_down_since: float | None = None
+        self._cancelled: OrderedDict[RequestKey, None] = OrderedDict()
+        policy = HealthPolicy(
+            degrade_after_s=settings.degrade_after_s,
+            error_rate=settings.breaker_error_rate,
+            min_requests=settings.breaker_min_requests,
+            window_s=settings.breaker_window_s,
+            cooldown_s=settings.breaker_cooldown_s,
+        )
+        self.health = {b: BucketHealth(policy, clock) for b in settings.buckets}
+        self.control = ControlReader(settings)
         self.consumer = connections.consumer(
             settings, group_id=f"{settings.topic_prefix}.dispatcher", max_poll_records=500
         )
@@ -137,11 +170,17 @@ class Dispatcher:
         for records in polled.values():
             for record in records:
                 self._on_record(record, now)
-        self._drain_completions()
+        self._guarded(self._read_control)
+        self._guarded(self._drain_completions)
+        self._guarded(self._housekeeping)
         self._check_leases()
         self._flush_due()
         if self._answered_now:
             self.producer.flush(timeout=30)
+            if self._to_mark:
+                marks = list(self._to_mark)
+                if self._guarded(lambda: self.ledger.mark_answered(marks)):
+                    self._to_mark.clear()
             for ref in self._answered_now:
                 self._finish(ref)
             self._answered_now.clear()
@@ -150,29 +189,57 @@ class Dispatcher:
     def close(self) -> None:
         try:
             self._commit(sync=True)
+            self.control.close()
         finally:
             self.consumer.close(autocommit=False)
             self.producer.close(timeout=5)
+
+    def _guarded(self, action: Callable[[], None]) -> bool:
+        """Run a step that needs Redis; if Redis is away, log once and carry on polling (Kafka
+        holds the requests; nothing is committed past what was answered)."""
+        try:
+            action()
+        except STATE_ERRORS as exc:
+            self._state_failed(exc)
+            return False
+        if self._state_down_since is not None:
+            log.info("Redis reachable again after %.1fs", self.clock() - self._state_down_since)
+            self._state_down_since = None
+        return True
+
+    def _state_failed(self, exc: BaseException) -> None:
+        for health in self.health.values():
+            health.observe_workers(1)  # unknown is not dead: do not turn requests away for it
+        if self._state_down_since is None:
+            self._state_down_since = self.clock()
+            log.warning("Redis unreachable (%s); batches wait until it is back", exc)
 
     # --- records in ---------------------------------------------------------------------------
     def _on_record(self, record: ConsumerRecord, now: float) -> None:
         ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
         self.tracker.track((ref.topic, ref.partition), ref.offset)
         self.stats.records += 1
-        try:
-            request = Request.model_validate_json(record.value)
-        except ValidationError as exc:
-            self._dead_letter(record, ref, exc)
+        raw: bytes = record.value or b""
+        if len(raw) > self.settings.max_request_bytes:
+            message = f"{len(raw)} bytes > max_request_bytes {self.settings.max_request_bytes}"
+            self._dead_letter(record, ref, ErrorCode.request_too_large, message)
             return
-        problem = self._admission(request)
-        if problem is not None:
-            self.stats.rejected += 1
-            metrics.RECORDS.labels(problem.code.value).inc()
-            self._reply_error(
-                request.reply_to, request.request_id, request.tenant, request.model, problem, ref
-            )
+        try:
+            request = Request.model_validate_json(raw)
+        except ValidationError as exc:
+            code, message = _describe_invalid(raw, exc)
+            self._dead_letter(record, ref, code, message)
             return
         key = (request.tenant, request.request_id)
+        bucket = self.bucket_of_topic[record.topic]
+        problem = self._admission(request, bucket)
+        if problem is not None and key not in self.waiting:
+            self.stats.rejected += 1
+            metrics.RECORDS.labels(problem.code.value).inc()
+            if self._reply_error(
+                request.reply_to, request.request_id, key, request.model, problem, ref
+            ):
+                return
         self.owner_of[ref_key(ref)] = key
         if key in self.waiting:  # same request id again while the first is unanswered
             self.waiting[key].append(ref)
@@ -181,63 +248,74 @@ class Dispatcher:
             return
         self.waiting[key] = [ref]
         metrics.RECORDS.labels("accepted").inc()
-        bucket = self.bucket_of_topic[record.topic]
         tokens = request.token_count or bucket
         pending = Pending(BatchItem(request=request, ref=ref, arrived_at=now), min(tokens, bucket))
         for batch in self.batchers[bucket].add(pending, pending.tokens):
             self.ready[bucket].append(batch)
 
-    def _admission(self, request: Request) -> ErrorInfo | None:
+    def _admission(self, request: Request, bucket: int) -> ErrorInfo | None:
         try:
             max_tokens = model_spec(request.model).max_tokens
         except UnknownModelError:
             max_tokens = 0
-        return admission_error(request, datetime.now(UTC), self.models, max_tokens)
+        problem = admission_error(request, datetime.now(UTC), self.models, max_tokens)
+        if problem is not None:
+            return problem
+        if (request.tenant, request.request_id) in self._cancelled:
+            return ErrorInfo(code=ErrorCode.cancelled, message="cancelled before it was computed")
+        state = self.health[bucket].state()
+        if state is not Health.ok and self.settings.degraded_fallback == "error":
+            self.stats.unavailable += 1
+            reason = "has no live worker" if state is Health.no_workers else "is failing"
+            return ErrorInfo(
+                code=ErrorCode.unavailable, message=f"bucket {bucket} {reason}; try again later"
+            )
+        return None
 
-    def _dead_letter(self, record: ConsumerRecord, ref: RecordRef, exc: ValidationError) -> None:
+    def _dead_letter(
+        self, record: ConsumerRecord, ref: RecordRef, code: ErrorCode, message: str
+    ) -> None:
         raw: bytes = record.value or b""
-        try:
-            parsed: Any = json.loads(raw)
-            code = ErrorCode.invalid_schema
-        except ValueError:
-            parsed, code = None, ErrorCode.invalid_json
-        reason = exc.errors(include_url=False, include_input=False)
-        message = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in reason[:5]
-        )
         self.stats.malformed += 1
         metrics.RECORDS.labels(code.value).inc()
-        log.warning("malformed record %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, message)
+        log.warning("dead letter %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, message)
         letter = DeadLetter(
             source=ref, code=code, reason=message, original=raw.decode("utf-8", errors="replace")
         )
         self.producer.send(self.topics.dead_letter, value=letter.model_dump_json().encode())
-        if (
-            isinstance(parsed, dict)
-            and isinstance(parsed.get("reply_to"), str)
-            and isinstance(parsed.get("request_id"), str)
-        ):
-            self._reply_error(
-                parsed["reply_to"],
-                parsed["request_id"],
-                str(parsed.get("tenant", "")),
-                str(parsed.get("model", "")),
-                ErrorInfo(code=code, message=message),
-                ref,
-            )
-        else:
-            self._answered_now.append(ref)
+        parsed = _loads_object(raw)
+        reply_to, request_id = parsed.get("reply_to"), parsed.get("request_id")
+        if isinstance(reply_to, str) and isinstance(request_id, str):
+            key = (str(parsed.get("tenant", "")), request_id)
+            model = str(parsed.get("model", ""))
+            if self._reply_error(
+                reply_to, request_id, key, model, ErrorInfo(code=code, message=message), ref
+            ):
+                return
+        self._answered_now.append(ref)
 
     def _reply_error(
         self,
         topic: str,
         request_id: str,
-        tenant: str,
+        key: RequestKey,
         model: str,
         error: ErrorInfo,
         ref: RecordRef,
-    ) -> None:
-        reply = Reply(request_id=request_id, tenant=tenant, model=model, error=error)
+    ) -> bool:
+        """Answer with ``error`` unless this request was answered already. Returns False when a
+        worker holds the request right now: the caller should queue it like any other."""
+        owner = f"dispatcher-{self.dispatcher_id}"
+        try:
+            state = self.ledger.claim([key], owner=owner, lease_ms=60_000)[0]
+        except STATE_ERRORS:  # cannot check: answering twice beats never answering
+            state = ClaimState.fresh
+        if state is ClaimState.busy:
+            return False
+        if state is ClaimState.answered:
+            self._answered_now.append(ref)  # a redelivered record: its reply exists
+            return True
+        reply = Reply(request_id=request_id, tenant=key[0], model=model, error=error)
         try:
             self.producer.send(
                 topic, key=request_id.encode(), value=reply.model_dump_json().encode()
@@ -245,12 +323,14 @@ class Dispatcher:
         except Exception:  # an unusable reply_to (bad topic name): the dead letter has it
             log.exception("could not send error reply to %r", topic)
         self._answered_now.append(ref)
+        self._to_mark.append(key)
+        return True
 
     # --- batches out --------------------------------------------------------------------------
     def _flush_due(self) -> None:
         for bucket, batcher in self.batchers.items():
-            idle = self.in_flight_count[bucket] + len(self.ready[bucket]) < self._live_workers(
-                bucket
+            idle = self.in_flight_count[bucket] + len(self.ready[bucket]) < len(
+                self._live_workers(bucket)
             )
             batch = batcher.due(idle=idle)
             if batch:
@@ -260,10 +340,35 @@ class Dispatcher:
                 queue
                 and self.in_flight_count[bucket] < self.settings.max_inflight_batches_per_bucket
             ):
-                self._dispatch(bucket, queue.popleft(), attempt=1)
+                pendings = self._drop_cancelled(queue.popleft())
+                if not pendings:
+                    continue
+                try:
+                    self._dispatch(bucket, pendings)
+                except STATE_ERRORS as exc:  # Redis away: keep the batch for the next pass
+                    queue.appendleft(pendings)
+                    self._state_failed(exc)
+                    break
             self._set_paused(bucket, bool(queue))
 
-    def _dispatch(self, bucket: int, pendings: list[Pending], attempt: int) -> None:
+    def _drop_cancelled(self, pendings: list[Pending]) -> list[Pending]:
+        if not self._cancelled:
+            return pendings
+        keep = []
+        for p in pendings:
+            if p.key in self._cancelled:
+                info = ErrorInfo(code=ErrorCode.cancelled, message="cancelled before compute")
+                request = p.item.request
+                if self._reply_error(
+                    request.reply_to, request.request_id, p.key, request.model, info, p.item.ref
+                ):
+                    self.stats.cancelled += 1
+                    continue
+            keep.append(p)
+        return keep
+
+    def _dispatch(self, bucket: int, pendings: list[Pending]) -> None:
+        attempt = 1 + max(p.failures for p in pendings)
         batch = Batch(
             batch_id=uuid.uuid4().hex,
             bucket=bucket,
@@ -302,26 +407,145 @@ class Dispatcher:
             flight = self.in_flight.get(completion.batch_id)
             if flight is None:
                 continue  # a late answer from an attempt we already sent again
+            self.health[flight.bucket].record(
+                ok=len(completion.done) - completion.failed, failed=completion.failed
+            )
             for ref in completion.done:
                 flight.pending.pop(ref_key(ref), None)
             self._uncount(flight)
             if not flight.pending:
                 del self.in_flight[completion.batch_id]
 
+    # --- attempts that died or ran late -----------------------------------------------------
     def _check_leases(self) -> None:
         now = self.clock()
         expired = [bid for bid, f in self.in_flight.items() if f.lease_deadline <= now]
         for batch_id in expired:
             flight = self.in_flight.pop(batch_id)
+            log.warning("batch %s ran past its lease", batch_id)
+            self._redeliver(flight)
+
+    def _housekeeping(self) -> None:
+        """Once a second: worker heartbeats, batches whose worker died, Redis data loss."""
+        now = self.clock()
+        if now - self._live_checked < HOUSEKEEPING_INTERVAL_S:
+            return
+        self._live_checked = now
+        self._check_epoch()
+        self._live = self.ledger.live_workers(self.settings.buckets, LIVE_WORKER_WINDOW_S)
+        for bucket, health in self.health.items():
+            health.observe_workers(len(self._live.get(bucket, ())))
+        if not self.in_flight:
+            return
+        live = set().union(*self._live.values())
+        batch_ids = list(self.in_flight)
+        for batch_id, runner in zip(batch_ids, self.ledger.runners(batch_ids), strict=True):
+            if runner is None or runner in live:
+                continue
+            flight = self.in_flight.pop(batch_id)
+            log.warning("worker %s died computing batch %s", runner, batch_id)
+            keys = [p.key for k, p in flight.pending.items() if k in self.owner_of]
+            self.ledger.release(keys, owner=batch_id)  # its claims die with it
+            self.ledger.end_batch(batch_id)
+            self._redeliver(flight)
+
+    def _redeliver(self, flight: InFlight) -> None:
+        """Send a crashed or late batch's unanswered requests again, split in halves so a
+        request that kills its batch ends up alone; alone ``max_attempts`` times, it is
+        dead-lettered with ``redelivery_exhausted``."""
+        self._uncount(flight)
+        alive = [p for k, p in flight.pending.items() if k in self.owner_of]
+        if not alive:
+            return
+        self.stats.redispatched += 1
+        metrics.REDISPATCHED.inc()
+        for p in alive:
+            p.failures += 1
+        if len(alive) == 1 and alive[0].failures >= self.settings.max_attempts:
+            self._exhaust(alive[0])
+            return
+        half = (len(alive) + 1) // 2
+        for part in (alive[:half], alive[half:]):
+            if part:
+                self.ready[flight.bucket].appendleft(part)
+
+    def _exhaust(self, pending: Pending) -> None:
+        request, ref = pending.item.request, pending.item.ref
+        message = f"its batch crashed or ran past its lease {pending.failures} times"
+        info = ErrorInfo(code=ErrorCode.redelivery_exhausted, message=message)
+        if not self._reply_error(
+            request.reply_to, request.request_id, pending.key, request.model, info, ref
+        ):
+            self.ready[self.bucket_of_topic[ref.topic]].append([pending])  # still being computed
+            return
+        self.stats.exhausted += 1
+        log.error("request %s dead-lettered: %s", request.request_id, message)
+        letter = DeadLetter(
+            source=ref, code=info.code, reason=message, original=request.model_dump_json()
+        )
+        self.producer.send(self.topics.dead_letter, value=letter.model_dump_json().encode())
+
+    def _check_epoch(self) -> None:
+        epoch = self.ledger.epoch(uuid.uuid4().hex)
+        if self._epoch is not None and epoch != self._epoch:
+            self._recover_lost_state()
+        self._epoch = epoch
+
+    def _recover_lost_state(self) -> None:
+        """Redis came back empty: the Celery queues, claims, completion notices and answered
+        marks are gone. Kafka still has the truth: requests whose reply is on their reply topic
+        are done (and marked again); the others are sent again."""
+        self.stats.redis_recoveries += 1
+        flights = list(self.in_flight.values())
+        self.in_flight.clear()
+        for flight in flights:
             self._uncount(flight)
-            alive = [p for k, p in flight.pending.items() if k in self.owner_of]
-            if alive:
-                log.warning(
-                    "batch %s lease ran out; sending %d requests again", batch_id, len(alive)
-                )
-                self.stats.redispatched += 1
-                metrics.REDISPATCHED.inc()
-                self._dispatch(flight.bucket, alive, attempt=flight.attempt + 1)
+        wanted: dict[str, set[RequestKey]] = {}
+        for flight in flights:
+            for k, p in flight.pending.items():
+                if k in self.owner_of:
+                    wanted.setdefault(p.item.request.reply_to, set()).add(p.key)
+        answered: set[RequestKey] = set()
+        for topic, keys in wanted.items():
+            for reply in stream_replies(
+                self.settings, topic, from_beginning=True, idle_timeout_s=0.5
+            ):
+                if (reply.tenant, reply.request_id) in keys:
+                    answered.add((reply.tenant, reply.request_id))
+        self.ledger.mark_answered(sorted(answered))
+        resent = 0
+        for flight in flights:
+            again = []
+            for k, p in flight.pending.items():
+                if k not in self.owner_of:
+                    continue
+                if p.key in answered:
+                    self._finish(p.item.ref)
+                else:
+                    again.append(p)
+            if again:
+                resent += len(again)
+                self.ready[flight.bucket].appendleft(again)
+        log.warning(
+            "Redis lost its data: %d in-flight requests already answered, %d sent again",
+            len(answered),
+            resent,
+        )
+
+    def _read_control(self) -> None:
+        now = self.clock()
+        if now - self._control_checked < CONTROL_INTERVAL_S:
+            return
+        self._control_checked = now
+        controls = self.control.poll()
+        for control in controls:
+            key = (control.tenant, control.request_id)
+            self.ledger.cancel(*key)
+            self._cancelled[key] = None
+            if len(self._cancelled) > CANCELLED_REMEMBERED:
+                self._cancelled.popitem(last=False)
+        if controls:
+            self.control.commit()
 
     def _uncount(self, flight: InFlight) -> None:
         if flight.counted:
@@ -337,15 +561,8 @@ class Dispatcher:
             self.tracker.done((each.topic, each.partition), each.offset)
 
     # --- flow control and commits ----------------------------------------------------------
-    def _live_workers(self, bucket: int) -> int:
-        now = self.clock()
-        if now - self._live_checked > 1.0:
-            try:
-                self._live = self.ledger.live_workers(self.settings.buckets, LIVE_WORKER_WINDOW_S)
-            except Exception:
-                log.warning("could not read worker heartbeats", exc_info=True)
-            self._live_checked = now
-        return self._live.get(bucket, 0)
+    def _live_workers(self, bucket: int) -> set[str]:
+        return self._live.get(bucket, set())
 
     def _set_paused(self, bucket: int, pause: bool) -> None:
         if pause == (bucket in self.paused):
@@ -399,6 +616,27 @@ class Dispatcher:
                 if key is not None:
                     self.waiting.pop(key, None)
         self.tracker.forget(partitions)
+
+
+def _describe_invalid(raw: bytes, exc: ValidationError) -> tuple[ErrorCode, str]:
+    try:
+        json.loads(raw)
+        code = ErrorCode.invalid_schema
+    except ValueError:
+        code = ErrorCode.invalid_json
+    reason = exc.errors(include_url=False, include_input=False)
+    message = "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in reason[:5]
+    )
+    return code, message
+
+
+def _loads_object(raw: bytes) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _log_commit_error(offsets: Any, response: Any) -> None:

@@ -14,11 +14,14 @@ from schemas.messages import Completion
 
 ANSWERED = "answered"
 
-# For each key: answered -> "answered"; claimed by another owner -> "busy";
-# otherwise claim it for ARGV[1] for ARGV[2] ms -> "fresh".
+# KEYS holds n request keys, then their n cancel keys. For each request: answered ->
+# "answered"; claimed by another owner -> "busy"; otherwise claim it for ARGV[1] for ARGV[2]
+# ms and say "cancelled" if its cancel key exists, else "fresh".
 _CLAIM = """
+local n = #KEYS / 2
 local out = {}
-for i, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
   local v = redis.call('GET', key)
   if v == 'answered' then
     out[i] = 'answered'
@@ -26,17 +29,34 @@ for i, key in ipairs(KEYS) do
     out[i] = 'busy'
   else
     redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
-    out[i] = 'fresh'
+    if redis.call('EXISTS', KEYS[n + i]) == 1 then
+      out[i] = 'cancelled'
+    else
+      out[i] = 'fresh'
+    end
   end
 end
 return out
 """
 
+# Delete each claim that ARGV[1] still holds (a dead worker's, so the next attempt can claim).
+_RELEASE = """
+local n = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('DEL', key)
+    n = n + 1
+  end
+end
+return n
+"""
+
 
 class ClaimState(StrEnum):
-    fresh = "fresh"
-    answered = "answered"
-    busy = "busy"
+    fresh = "fresh"  # claimed for us: compute and answer it
+    cancelled = "cancelled"  # claimed for us, but cancelled: answer `cancelled`
+    answered = "answered"  # a reply was produced already: do nothing
+    busy = "busy"  # another attempt holds it now
 
 
 @dataclass(frozen=True)
@@ -45,6 +65,19 @@ class Keys:
 
     def request(self, tenant: str, request_id: str) -> str:
         return f"{self.prefix}:req:{tenant}:{request_id}"
+
+    def cancel(self, tenant: str, request_id: str) -> str:
+        return f"{self.prefix}:cancel:{tenant}:{request_id}"
+
+    @property
+    def running(self) -> str:
+        """Hash batch_id -> id of the worker computing it."""
+        return f"{self.prefix}:running"
+
+    @property
+    def epoch(self) -> str:
+        """A random value set once; if it vanishes, Redis lost its data."""
+        return f"{self.prefix}:epoch"
 
     def completions(self, dispatcher_id: str) -> str:
         return f"{self.prefix}:completions:{dispatcher_id}"
@@ -59,12 +92,13 @@ class Ledger:
         self.keys = Keys(prefix)
         self.answered_ttl_s = answered_ttl_s
         self._claim = client.register_script(_CLAIM)
+        self._release = client.register_script(_RELEASE)
 
     # --- idempotency by (tenant, request_id) -------------------------------------------------
     def claim(self, ids: list[tuple[str, str]], owner: str, lease_ms: int) -> list[ClaimState]:
         if not ids:
             return []
-        keys = [self.keys.request(t, r) for t, r in ids]
+        keys = [self.keys.request(t, r) for t, r in ids] + [self.keys.cancel(t, r) for t, r in ids]
         raw = self._claim(keys=keys, args=[owner, max(1, lease_ms)])
         return [ClaimState(v.decode() if isinstance(v, bytes) else v) for v in raw]
 
@@ -76,12 +110,41 @@ class Ledger:
             pipe.set(self.keys.request(tenant, request_id), ANSWERED, ex=self.answered_ttl_s)
         pipe.execute()
 
-    def release(self, ids: list[tuple[str, str]], owner: str) -> None:
-        """Drop our claims (the batch failed before answering), so a retry need not wait."""
-        for tenant, request_id in ids:
-            key = self.keys.request(tenant, request_id)
-            if self.redis.get(key) == owner.encode():
-                self.redis.delete(key)
+    def release(self, ids: list[tuple[str, str]], owner: str) -> int:
+        """Drop ``owner``'s claims (its attempt died or failed before answering), so the next
+        attempt need not wait for them to expire. Returns how many were released."""
+        if not ids:
+            return 0
+        return int(self._release(keys=[self.keys.request(t, r) for t, r in ids], args=[owner]))
+
+    # --- cancellation ------------------------------------------------------------------------
+    def cancel(self, tenant: str, request_id: str) -> None:
+        self.redis.set(self.keys.cancel(tenant, request_id), 1, ex=self.answered_ttl_s)
+
+    def cancelled(self, ids: list[tuple[str, str]]) -> list[bool]:
+        if not ids:
+            return []
+        values = cast(list[bytes | None], self.redis.mget([self.keys.cancel(t, r) for t, r in ids]))
+        return [v is not None for v in values]
+
+    # --- who computes which batch ----------------------------------------------------------
+    def start_batch(self, batch_id: str, worker_id: str) -> None:
+        self.redis.hset(self.keys.running, batch_id, worker_id)
+
+    def end_batch(self, batch_id: str) -> None:
+        self.redis.hdel(self.keys.running, batch_id)
+
+    def runners(self, batch_ids: list[str]) -> list[str | None]:
+        if not batch_ids:
+            return []
+        raw = cast(list[bytes | None], self.redis.hmget(self.keys.running, batch_ids))
+        return [v.decode() if v is not None else None for v in raw]
+
+    def epoch(self, candidate: str) -> str:
+        """The store's epoch, set to ``candidate`` if it has none (a fresh or wiped Redis)."""
+        self.redis.set(self.keys.epoch, candidate, nx=True)
+        value = cast(bytes | None, self.redis.get(self.keys.epoch))
+        return value.decode() if value is not None else candidate
 
     # --- completions -------------------------------------------------------------------------
     def notify(self, dispatcher_id: str, completion: Completion) -> None:
@@ -112,9 +175,13 @@ class Ledger:
             pipe.zrem(self.keys.workers(bucket), worker_id)
         pipe.execute()
 
-    def live_workers(self, buckets: list[int], within_s: float) -> dict[int, int]:
+    def live_workers(self, buckets: list[int], within_s: float) -> dict[int, set[str]]:
+        """For each bucket, the ids of the workers that beat within ``within_s``."""
         since = time.time() - within_s
         pipe = self.redis.pipeline(transaction=False)
         for bucket in buckets:
-            pipe.zcount(self.keys.workers(bucket), since, "+inf")
-        return dict(zip(buckets, (int(n) for n in pipe.execute()), strict=True))
+            pipe.zrangebyscore(self.keys.workers(bucket), since, "+inf")
+        return {
+            bucket: {m.decode() for m in members}
+            for bucket, members in zip(buckets, pipe.execute(), strict=True)
+        }

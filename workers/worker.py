@@ -19,8 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import redis
 import torch
+from celery import Task
 from celery.signals import worker_ready
+from kafka.errors import KafkaError
 
 from runtime import connections
 from runtime.models import model_spec
@@ -28,13 +31,23 @@ from runtime.settings import Settings
 from schemas.messages import Batch, Reply
 from schemas.topics import Topics
 from workers.backends import EmbeddingBackend
+from workers.backends.base import Backend
 from workers.batch_runner import BatchContext, run_batch
+from workers.faults import FaultyBackend
 from workers.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "headrace.run_batch"
 HEARTBEAT_INTERVAL_S = 2.0
+RETRY_COUNTDOWN_S = 1.0
+# Worth one retry of the whole batch: the connection, not the request, was the problem.
+# (Out-of-memory splits the batch instead; bad input is answered with its error, never retried.)
+TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, KafkaError, ConnectionError)
+
+
+class ReplyDeliveryError(RuntimeError):
+    """The broker did not acknowledge some replies within reply_delivery_timeout_s."""
 
 
 class WarmUpFailed(RuntimeError):
@@ -42,21 +55,37 @@ class WarmUpFailed(RuntimeError):
 
 
 class KafkaReplySink:
+    """Replies go out through an idempotent producer that retries until the broker has them
+    (a broker restart delays them; it does not drop or duplicate them)."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.producer = connections.producer(settings)
+        timeout_ms = int(settings.reply_delivery_timeout_s * 1000)
+        self.producer = connections.producer(
+            settings,
+            enable_idempotence=True,
+            delivery_timeout_ms=timeout_ms,
+            request_timeout_ms=min(30_000, timeout_ms),
+        )
         self._known_topics: set[str] = set()
+        self._futures: list[Any] = []
 
     def send(self, topic: str, reply: Reply) -> None:
         if topic not in self._known_topics:
             connections.ensure_topics(self.settings, [topic], partitions=1)
             self._known_topics.add(topic)
-        self.producer.send(
-            topic, key=reply.request_id.encode(), value=reply.model_dump_json().encode()
+        self._futures.append(
+            self.producer.send(
+                topic, key=reply.request_id.encode(), value=reply.model_dump_json().encode()
+            )
         )
 
     def flush(self) -> None:
-        self.producer.flush(timeout=30)
+        futures, self._futures = self._futures, []
+        self.producer.flush(timeout=self.settings.reply_delivery_timeout_s + 5)
+        failed = [f.exception for f in futures if f.failed()]
+        if failed:
+            raise ReplyDeliveryError(f"{len(failed)} replies not delivered: {failed[0]!r}")
 
 
 def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
@@ -71,23 +100,28 @@ def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
         pool.shutdown(wait=False)
 
 
-def load_backend(settings: Settings, buckets: list[int]) -> EmbeddingBackend:
+def load_backend(settings: Settings, buckets: list[int]) -> Backend:
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     spec = model_spec(settings.model)
-    backend = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device=settings.device)
+    backend: Backend = EmbeddingBackend(
+        spec.name, spec.path, spec.max_tokens, device=settings.device
+    )
+    if settings.fault_poison_marker or settings.fault_crash_marker:
+        log.warning("FAULT INJECTION ENABLED: this worker fails marked inputs on purpose")
+        backend = FaultyBackend(backend, settings.fault_poison_marker, settings.fault_crash_marker)
     _timed_stage("load_weights", backend.load_weights, settings.load_weights_timeout_s)
     _timed_stage("build", backend.build, settings.build_timeout_s)
     _timed_stage("warm_up", lambda: backend.warm_up(buckets), settings.warm_up_timeout_s)
     return backend
 
 
-def health(backend: EmbeddingBackend, worker_id: str, buckets: list[int]) -> dict[str, Any]:
+def health(backend: Backend, worker_id: str, buckets: list[int]) -> dict[str, Any]:
     t = backend.timings
     return {
         "worker_id": worker_id,
         "model": backend.name,
-        "device": str(backend.device),
+        "device": str(getattr(backend, "device", "?")),
         "buckets": buckets,
         "load_weights_s": round(t.load_weights_s, 3),
         "build_s": round(t.build_s, 3),
@@ -111,13 +145,25 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         backend=backend,
         ledger=ledger,
         sink=KafkaReplySink(settings),
+        worker_id=worker_id,
         claim_ms=int(settings.lease_base_s * 1000),
     )
     app = connections.celery_app(settings)
 
-    @app.task(name=TASK_NAME, acks_late=True)  # type: ignore[untyped-decorator]
-    def run_batch_task(payload: dict[str, Any]) -> None:
-        run_batch(Batch.model_validate(payload), ctx)
+    @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
+    def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
+        batch = Batch.model_validate(payload)
+        try:
+            run_batch(batch, ctx)
+        except (*TRANSIENT_ERRORS, ReplyDeliveryError) as exc:
+            log.warning("batch %s hit %r; retrying it once", batch.batch_id, exc)
+            ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
+            try:
+                ledger.release(ids, owner=batch.batch_id)
+                ledger.end_batch(batch.batch_id)
+            except redis.RedisError:
+                pass  # the claims expire; the dispatcher's lease sends the batch again
+            raise task.retry(exc=exc, countdown=RETRY_COUNTDOWN_S) from exc
 
     stop = threading.Event()
 

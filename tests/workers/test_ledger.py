@@ -25,7 +25,8 @@ def test_claim_answer_and_redelivery(stack: LocalStack) -> None:
     assert ledger.claim(ids, "batch-b", 10_000) == [ClaimState.busy, ClaimState.busy]
     ledger.mark_answered(ids[:1])
     assert ledger.claim(ids, "batch-b", 10_000) == [ClaimState.answered, ClaimState.busy]
-    ledger.release(ids[1:], "batch-a")
+    assert ledger.release(ids[1:], "batch-b") == 0  # not b's claim: kept
+    assert ledger.release(ids[1:], "batch-a") == 1
     assert ledger.claim(ids[1:], "batch-b", 10_000) == [ClaimState.fresh]
 
 
@@ -60,6 +61,36 @@ def test_heartbeats_count_live_workers(stack: LocalStack) -> None:
     ledger = make_ledger(stack)
     ledger.heartbeat("w1", [16, 32])
     ledger.heartbeat("w2", [32])
-    assert ledger.live_workers([16, 32, 64], within_s=5) == {16: 1, 32: 2, 64: 0}
+    assert ledger.live_workers([16, 32, 64], within_s=5) == {
+        16: {"w1"},
+        32: {"w1", "w2"},
+        64: set(),
+    }
     ledger.retire("w2", [32])
-    assert ledger.live_workers([32], within_s=5) == {32: 1}
+    assert ledger.live_workers([32], within_s=5) == {32: {"w1"}}
+
+
+def test_cancelled_requests_are_claimed_as_cancelled(stack: LocalStack) -> None:
+    ledger = make_ledger(stack)
+    ledger.cancel("acme", "r2")
+    assert ledger.cancelled([("acme", "r1"), ("acme", "r2"), ("globex", "r2")]) == [
+        False,
+        True,
+        False,
+    ]
+    states = ledger.claim([("acme", "r1"), ("acme", "r2")], "b", 10_000)
+    assert states == [ClaimState.fresh, ClaimState.cancelled]
+    ledger.mark_answered([("acme", "r2")])  # answered `cancelled`: a redelivery does nothing
+    assert ledger.claim([("acme", "r2")], "c", 10_000) == [ClaimState.answered]
+
+
+def test_running_batches_and_epoch(stack: LocalStack) -> None:
+    ledger = make_ledger(stack)
+    ledger.start_batch("b1", "w1")
+    assert ledger.runners(["b1", "b2"]) == ["w1", None]
+    ledger.end_batch("b1")
+    assert ledger.runners(["b1"]) == [None]
+    first = ledger.epoch("e1")
+    assert first == "e1" and ledger.epoch("e2") == "e1"  # set once
+    ledger.redis.delete(ledger.keys.epoch)  # what a Redis that lost its data looks like
+    assert ledger.epoch("e3") == "e3"

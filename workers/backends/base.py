@@ -25,9 +25,14 @@ class EncodedItem:
 
 
 class Backend(Protocol):
-    name: str
-    max_tokens: int
-    timings: LoadTimings
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def timings(self) -> LoadTimings: ...
 
     def load_weights(self) -> None: ...
 

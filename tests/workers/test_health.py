@@ -1,0 +1,72 @@
+"""Degradation policy with an injected clock."""
+
+from __future__ import annotations
+
+from workers.health import BucketHealth, Health, HealthPolicy
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+POLICY = HealthPolicy(
+    degrade_after_s=5, error_rate=0.5, min_requests=10, window_s=30, cooldown_s=10
+)
+
+
+def test_no_workers_degrades_after_the_grace_and_recovers_when_one_beats() -> None:
+    clock = Clock()
+    health = BucketHealth(POLICY, clock)
+    health.observe_workers(0)
+    clock.now += 4.9
+    assert health.state() is Health.ok  # a dispatcher started before its workers waits
+    clock.now += 0.2
+    assert health.state() is Health.no_workers
+    health.observe_workers(1)
+    assert health.state() is Health.ok
+    clock.now += 5.1  # heartbeats stopped again
+    health.observe_workers(0)
+    assert health.state() is Health.no_workers
+
+
+def test_error_rate_opens_the_breaker_for_the_cooldown_then_half_opens() -> None:
+    clock = Clock()
+    health = BucketHealth(POLICY, clock)
+    health.observe_workers(1)
+    health.record(ok=5, failed=4)
+    assert health.state() is Health.ok  # 9 < min_requests
+    health.record(ok=0, failed=1)
+    assert health.state() is Health.failing  # 5 of 10 failed
+    health.observe_workers(1)
+    clock.now += 9.9
+    health.observe_workers(1)
+    health.record(ok=100, failed=0)  # late outcomes while open are ignored
+    assert health.state() is Health.failing
+    clock.now += 0.2
+    assert health.state() is Health.ok  # half-open, empty window
+    health.record(ok=2, failed=8)
+    assert health.state() is Health.failing  # still failing: open again
+
+
+def test_old_outcomes_leave_the_window() -> None:
+    clock = Clock()
+    health = BucketHealth(POLICY, clock)
+    health.observe_workers(1)
+    health.record(ok=0, failed=9)
+    clock.now += 31
+    health.observe_workers(1)
+    health.record(ok=9, failed=1)  # the 9 failures are outside the window now
+    assert health.state() is Health.ok
+
+
+def test_a_healthy_error_rate_stays_ok() -> None:
+    clock = Clock()
+    health = BucketHealth(POLICY, clock)
+    health.observe_workers(1)
+    for _ in range(10):
+        health.record(ok=9, failed=1)
+    assert health.state() is Health.ok

@@ -1,0 +1,72 @@
+"""Fault injection for tests and drills: a backend wrapper that fails on marked inputs.
+
+Enabled only by the ``fault_poison_marker`` / ``fault_crash_marker`` settings. An input that
+contains the poison marker makes the model raise for any batch holding it (so bisection has to
+isolate it); one that contains the crash marker kills the worker process mid-batch, after its
+requests were claimed, the way a segfault or the OOM killer would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from workers.backends.base import Backend, EncodedItem, LoadTimings
+
+log = logging.getLogger(__name__)
+
+CRASH_EXIT_CODE = 86
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+class FaultyBackend:
+    def __init__(self, inner: Backend, poison: str | None, crash: str | None) -> None:
+        self.inner = inner
+        self.poison = poison
+        self.crash = crash
+        self._poisoned: set[int] = set()
+        self._crashing: set[int] = set()
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def max_tokens(self) -> int:
+        return self.inner.max_tokens
+
+    @property
+    def timings(self) -> LoadTimings:
+        return self.inner.timings
+
+    def load_weights(self) -> None:
+        self.inner.load_weights()
+
+    def build(self) -> None:
+        self.inner.build()
+
+    def warm_up(self, buckets: list[int]) -> None:
+        self.inner.warm_up(buckets)
+
+    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
+        items = self.inner.encode(texts, truncate)
+        self._poisoned = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.poison)}
+        self._crashing = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.crash)}
+        return items
+
+    def embed(
+        self, items: list[EncodedItem], normalize: list[bool]
+    ) -> tuple[list[list[float]], int, int]:
+        if any(id(i) in self._crashing for i in items):
+            log.error("injected crash: exiting mid-batch")
+            os._exit(CRASH_EXIT_CODE)
+        if any(id(i) in self._poisoned for i in items):
+            raise InjectedFault("injected poison input")
+        return self.inner.embed(items, normalize)
+
+
+def _has(text: str, marker: str | None) -> bool:
+    return marker is not None and marker in text

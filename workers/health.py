@@ -1,0 +1,72 @@
+"""Per-bucket degradation: is a bucket able to serve, or should new requests get a fast
+``unavailable`` error instead of piling up? A pure object with an injected clock.
+
+Two reasons to degrade, each clearing by itself:
+
+- **no workers**: no live worker for ``degrade_after_s`` (counted from construction, so a
+  dispatcher started before its workers gives them that long). Clears when one beats again.
+- **failing**: at least ``min_requests`` answered within ``window_s`` and the share of model
+  errors at or above ``error_rate``. Opens for ``cooldown_s``; then the window starts empty and
+  requests flow again (half-open); if they keep failing it opens again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Health(StrEnum):
+    ok = "ok"
+    no_workers = "no_workers"
+    failing = "failing"
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    degrade_after_s: float = 5.0
+    error_rate: float = 0.5
+    min_requests: int = 20
+    window_s: float = 30.0
+    cooldown_s: float = 10.0
+
+
+class BucketHealth:
+    def __init__(self, policy: HealthPolicy, clock: Callable[[], float]) -> None:
+        self.policy = policy
+        self.clock = clock
+        self._last_live = clock()
+        self._outcomes: deque[tuple[float, int, int]] = deque()  # (time, ok, failed)
+        self._open_until: float | None = None
+
+    def observe_workers(self, live: int) -> None:
+        if live > 0:
+            self._last_live = self.clock()
+
+    def record(self, ok: int, failed: int) -> None:
+        now = self.clock()
+        if self._open_until is not None:
+            return  # outcomes of batches sent before the breaker opened say nothing new
+        self._outcomes.append((now, ok, failed))
+        self._expire(now)
+        total = sum(o + f for _, o, f in self._outcomes)
+        errors = sum(f for _, _, f in self._outcomes)
+        if total >= self.policy.min_requests and errors / total >= self.policy.error_rate:
+            self._open_until = now + self.policy.cooldown_s
+            self._outcomes.clear()
+
+    def state(self) -> Health:
+        now = self.clock()
+        if self._open_until is not None:
+            if now < self._open_until:
+                return Health.failing
+            self._open_until = None  # half-open: let requests through and watch again
+        if now - self._last_live >= self.policy.degrade_after_s:
+            return Health.no_workers
+        return Health.ok
+
+    def _expire(self, now: float) -> None:
+        while self._outcomes and self._outcomes[0][0] < now - self.policy.window_s:
+            self._outcomes.popleft()
