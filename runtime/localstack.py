@@ -37,6 +37,7 @@ WEED_VOLUME_PORT = 18480
 WEED_FILER_PORT = 18988
 
 
+SERVICES = ("s3", "redis", "kafka")  # in start order: tansu may store its data in S3
 _BUCKET_EXISTS = ("BucketAlreadyOwnedByYou", "BucketAlreadyExists")
 
 
@@ -127,18 +128,16 @@ class LocalStack:
         self.s3_port = settings.port_of(settings.s3_endpoint_url)
 
     # --- public ----------------------------------------------------------------------------
-    def up(self) -> list[ServiceState]:
+    def up(self, only: tuple[str, ...] = SERVICES) -> list[ServiceState]:
+        """Start the services of ``only`` (all three by default) that are not running."""
         running = {s.name: s for s in self.status() if s.alive()}
         self.root.mkdir(parents=True, exist_ok=True)
+        starters = {"s3": self._start_s3, "redis": self._start_redis, "kafka": self._start_kafka}
         started: list[ServiceState] = []
         try:
-            for name, start in (
-                ("s3", self._start_s3),
-                ("redis", self._start_redis),
-                ("kafka", self._start_kafka),
-            ):
-                if name not in running:
-                    running[name] = start()
+            for name in SERVICES:
+                if name in only and name not in running:
+                    running[name] = starters[name]()
                     started.append(running[name])
                     self._save(list(running.values()))
         except BaseException:

@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     # A request whose batch crashed or ran past its lease this many times while alone in its
     # batch is dead-lettered (crashed batches are split in halves before they are sent again).
     max_attempts: int = Field(default=3, ge=1)
+    # Workers beat this often; one silent for three beats is dead and its batch is sent again
+    # at once (not at the end of its lease).
+    worker_heartbeat_s: float = Field(default=2.0, gt=0)
     max_request_bytes: int = Field(default=1 << 20, ge=1024)  # JSON size, producer and dispatcher
     # Degradation: a bucket with no live worker for degrade_after_s, or whose model-error rate
     # passes breaker_error_rate (over at least breaker_min_requests in breaker_window_s), answers

@@ -47,7 +47,8 @@ class BatchContext:
     ledger: Ledger
     sink: ReplySink
     worker_id: str = "worker"
-    claim_ms: int = 60_000
+    claim_ms: int = 60_000  # how long a claim outlives a silent owner while computing
+    sending_ms: int = 180_000  # ... and while its replies go out (up to the delivery timeout)
     clock: Callable[[], float] = time.time
     stats: dict[str, float] = field(default_factory=lambda: {"batches": 0, "replies": 0})
 
@@ -71,10 +72,12 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
             fresh.append(item)
 
     replies.extend(_cancel_late(_answer(batch, fresh, ctx), ctx))
+    answering = [(i.request.tenant, i.request.request_id) for i, _ in replies]
+    ctx.ledger.sending(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
     for item, reply in replies:
         ctx.sink.send(item.request.reply_to, reply)
     ctx.sink.flush()
-    ctx.ledger.mark_answered([(i.request.tenant, i.request.request_id) for i, _ in replies])
+    ctx.ledger.mark_answered(answering)
     ctx.stats["batches"] += 1
     ctx.stats["replies"] += len(replies)
     failed = sum(

@@ -33,7 +33,7 @@ from workers.admission import admission_error
 from workers.batcher import DynamicBatcher
 from workers.control import ControlReader
 from workers.health import BucketHealth, Health, HealthPolicy
-from workers.ledger import ClaimState, Ledger
+from workers.ledger import SENDING_PREFIX, ClaimState, Ledger
 from workers.offsets import OffsetTracker, Partition
 from workers.worker import TASK_NAME
 
@@ -41,7 +41,9 @@ log = logging.getLogger(__name__)
 
 RefKey = tuple[str, int, int]
 RequestKey = tuple[str, str]  # (tenant, request_id)
-LIVE_WORKER_WINDOW_S = 6.0
+BEATS_BEFORE_DEAD = 3
+LEASE_HARD_FACTOR = 3  # a live worker may hold a batch this many leases before it is resent
+REPLY_SCAN_IDLE_S = 0.5
 HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
 CONTROL_INTERVAL_S = 0.05
 CANCELLED_REMEMBERED = 100_000
@@ -71,6 +73,11 @@ class InFlight:
     lease_deadline: float
     pending: dict[RefKey, Pending]
     counted: bool = True  # counts toward the bucket's in-flight limit
+    runner: str | None = None  # the worker computing it, once one has started
+    lease_s: float = 0.0
+
+    def alive_items(self, owner_of: dict[RefKey, RequestKey]) -> list[Pending]:
+        return [p for k, p in self.pending.items() if k in owner_of]
 
 
 @dataclass
@@ -388,6 +395,7 @@ class Dispatcher:
             attempt=attempt,
             lease_deadline=self.clock() + lease_s,
             pending={ref_key(p.item.ref): p for p in pendings},
+            lease_s=lease_s,
         )
         self.in_flight_count[bucket] += 1
         self.stats.batches += 1
@@ -418,43 +426,88 @@ class Dispatcher:
 
     # --- attempts that died or ran late -----------------------------------------------------
     def _check_leases(self) -> None:
+        """A batch no worker has started within its lease is sent again (its first copy may
+        sit in a lost queue). One a live worker is computing keeps its lease, up to
+        LEASE_HARD_FACTOR leases: its claims keep a second copy from computing meanwhile."""
         now = self.clock()
-        expired = [bid for bid, f in self.in_flight.items() if f.lease_deadline <= now]
-        for batch_id in expired:
-            flight = self.in_flight.pop(batch_id)
-            log.warning("batch %s ran past its lease", batch_id)
+        for batch_id, flight in list(self.in_flight.items()):
+            if flight.lease_deadline > now:
+                continue
+            if flight.runner is not None and flight.runner in self._all_live():
+                overdue = now - flight.lease_deadline
+                if overdue < (LEASE_HARD_FACTOR - 1) * flight.lease_s:
+                    continue
+            del self.in_flight[batch_id]
+            log.warning("batch %s ran past its lease (runner %s)", batch_id, flight.runner)
             self._redeliver(flight)
 
     def _housekeeping(self) -> None:
         """Once a second: worker heartbeats, batches whose worker died, Redis data loss."""
         now = self.clock()
-        if now - self._live_checked < HOUSEKEEPING_INTERVAL_S:
+        interval = min(HOUSEKEEPING_INTERVAL_S, self.settings.worker_heartbeat_s)
+        if now - self._live_checked < interval:
             return
         self._live_checked = now
         self._check_epoch()
-        self._live = self.ledger.live_workers(self.settings.buckets, LIVE_WORKER_WINDOW_S)
+        self._live = self.ledger.live_workers(
+            self.settings.buckets, BEATS_BEFORE_DEAD * self.settings.worker_heartbeat_s
+        )
         for bucket, health in self.health.items():
             health.observe_workers(len(self._live.get(bucket, ())))
         if not self.in_flight:
             return
-        live = set().union(*self._live.values())
+        live = self._all_live()
         batch_ids = list(self.in_flight)
         for batch_id, runner in zip(batch_ids, self.ledger.runners(batch_ids), strict=True):
-            if runner is None or runner in live:
+            flight = self.in_flight[batch_id]
+            flight.runner = runner or flight.runner
+            if flight.runner is None or flight.runner in live:
                 continue
-            flight = self.in_flight.pop(batch_id)
-            log.warning("worker %s died computing batch %s", runner, batch_id)
-            keys = [p.key for k, p in flight.pending.items() if k in self.owner_of]
-            self.ledger.release(keys, owner=batch_id)  # its claims die with it
-            self.ledger.end_batch(batch_id)
-            self._redeliver(flight)
+            del self.in_flight[batch_id]
+            log.warning("worker %s died computing batch %s", flight.runner, batch_id)
+            self._recover_dead_attempt(batch_id, flight)
+
+    def _all_live(self) -> set[str]:
+        return set().union(*self._live.values())
+
+    def _recover_dead_attempt(self, batch_id: str, flight: InFlight) -> None:
+        """Its worker died. Requests it was still computing are released and sent again; for
+        those whose replies it was sending, the reply topic says whether they went out."""
+        alive = flight.alive_items(self.owner_of)
+        holders = self.ledger.holders([p.key for p in alive])
+        sending = [
+            p for p, h in zip(alive, holders, strict=True) if h and h.startswith(SENDING_PREFIX)
+        ]
+        answered = self._answered_on_reply_topics(sending) if sending else set()
+        done = [p for p in alive if p.key in answered]
+        self.ledger.mark_answered([p.key for p in done])
+        for p in done:
+            self._finish(p.item.ref)
+        self.ledger.release([p.key for p in alive if p.key not in answered], owner=batch_id)
+        self.ledger.end_batch(batch_id)
+        self._redeliver(flight)
+
+    def _answered_on_reply_topics(self, pendings: list[Pending]) -> set[RequestKey]:
+        """Which of ``pendings`` have a reply on their reply topic (read from its start)."""
+        wanted: dict[str, set[RequestKey]] = {}
+        for p in pendings:
+            wanted.setdefault(p.item.request.reply_to, set()).add(p.key)
+        found: set[RequestKey] = set()
+        for topic, keys in wanted.items():
+            for reply in stream_replies(
+                self.settings, topic, from_beginning=True, idle_timeout_s=REPLY_SCAN_IDLE_S
+            ):
+                if (reply.tenant, reply.request_id) in keys:
+                    found.add((reply.tenant, reply.request_id))
+        log.info("reply scan: %d of %d requests already answered", len(found), len(pendings))
+        return found
 
     def _redeliver(self, flight: InFlight) -> None:
         """Send a crashed or late batch's unanswered requests again, split in halves so a
         request that kills its batch ends up alone; alone ``max_attempts`` times, it is
         dead-lettered with ``redelivery_exhausted``."""
         self._uncount(flight)
-        alive = [p for k, p in flight.pending.items() if k in self.owner_of]
+        alive = flight.alive_items(self.owner_of)
         if not alive:
             return
         self.stats.redispatched += 1
@@ -500,18 +553,9 @@ class Dispatcher:
         self.in_flight.clear()
         for flight in flights:
             self._uncount(flight)
-        wanted: dict[str, set[RequestKey]] = {}
-        for flight in flights:
-            for k, p in flight.pending.items():
-                if k in self.owner_of:
-                    wanted.setdefault(p.item.request.reply_to, set()).add(p.key)
-        answered: set[RequestKey] = set()
-        for topic, keys in wanted.items():
-            for reply in stream_replies(
-                self.settings, topic, from_beginning=True, idle_timeout_s=0.5
-            ):
-                if (reply.tenant, reply.request_id) in keys:
-                    answered.add((reply.tenant, reply.request_id))
+        answered = self._answered_on_reply_topics(
+            [p for flight in flights for p in flight.alive_items(self.owner_of)]
+        )
         self.ledger.mark_answered(sorted(answered))
         resent = 0
         for flight in flights:

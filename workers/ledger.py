@@ -39,17 +39,31 @@ end
 return out
 """
 
-# Delete each claim that ARGV[1] still holds (a dead worker's, so the next attempt can claim).
+# Delete each claim that ARGV[1] still holds, computing or sending (a dead or failed attempt's,
+# so the next attempt can claim at once).
 _RELEASE = """
 local n = 0
 for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
+  local v = redis.call('GET', key)
+  if v == ARGV[1] or v == 'sending:' .. ARGV[1] then
     redis.call('DEL', key)
     n = n + 1
   end
 end
 return n
 """
+
+# Turn ARGV[1]'s claims into "sending:<owner>" for ARGV[2] ms: its replies are going out, and
+# if it dies now only the reply topic can tell whether they did.
+_SENDING = """
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('SET', key, 'sending:' .. ARGV[1], 'PX', ARGV[2])
+  end
+end
+return 1
+"""
+SENDING_PREFIX = "sending:"
 
 
 class ClaimState(StrEnum):
@@ -93,6 +107,7 @@ class Ledger:
         self.answered_ttl_s = answered_ttl_s
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
+        self._sending = client.register_script(_SENDING)
 
     # --- idempotency by (tenant, request_id) -------------------------------------------------
     def claim(self, ids: list[tuple[str, str]], owner: str, lease_ms: int) -> list[ClaimState]:
@@ -101,6 +116,17 @@ class Ledger:
         keys = [self.keys.request(t, r) for t, r in ids] + [self.keys.cancel(t, r) for t, r in ids]
         raw = self._claim(keys=keys, args=[owner, max(1, lease_ms)])
         return [ClaimState(v.decode() if isinstance(v, bytes) else v) for v in raw]
+
+    def sending(self, ids: list[tuple[str, str]], owner: str, ttl_ms: int) -> None:
+        if ids:
+            self._sending(keys=[self.keys.request(t, r) for t, r in ids], args=[owner, ttl_ms])
+
+    def holders(self, ids: list[tuple[str, str]]) -> list[str | None]:
+        """The raw claim values: an owner, ``sending:<owner>``, ``answered`` or None."""
+        if not ids:
+            return []
+        raw = cast(list[bytes | None], self.redis.mget([self.keys.request(t, r) for t, r in ids]))
+        return [v.decode() if v is not None else None for v in raw]
 
     def mark_answered(self, ids: list[tuple[str, str]]) -> None:
         if not ids:

@@ -39,7 +39,6 @@ from workers.ledger import Ledger
 log = logging.getLogger(__name__)
 
 TASK_NAME = "headrace.run_batch"
-HEARTBEAT_INTERVAL_S = 2.0
 RETRY_COUNTDOWN_S = 1.0
 # Worth one retry of the whole batch: the connection, not the request, was the problem.
 # (Out-of-memory splits the batch instead; bad input is answered with its error, never retried.)
@@ -147,6 +146,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         sink=KafkaReplySink(settings),
         worker_id=worker_id,
         claim_ms=int(settings.lease_base_s * 1000),
+        sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
     )
     app = connections.celery_app(settings)
 
@@ -173,7 +173,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
                 ledger.heartbeat(worker_id, buckets)
             except Exception:  # Redis away: keep trying, the dispatcher sees us as gone
                 log.warning("heartbeat failed", exc_info=True)
-            stop.wait(HEARTBEAT_INTERVAL_S)
+            stop.wait(settings.worker_heartbeat_s)
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _consuming(**_: Any) -> None:

@@ -1,0 +1,121 @@
+"""Shared machinery of the fault-injection suite: submit many requests, inject one fault,
+wait for every reply, then count what the reply topic really holds."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench.texts import long_tail_texts
+from producers.client import Client, Submission
+from runtime.processes import Pipeline
+from runtime.settings import Settings
+from schemas.messages import Reply
+from tests.integration.topics import read_topic
+
+FAULT_REQUESTS = int(os.environ.get("HEADRACE_FAULT_REQUESTS", "2000"))
+REPORT = Path(os.environ.get("HEADRACE_STATE_DIR", ".headrace")) / "faults" / "report.jsonl"
+# Faster failure detection than the defaults, so the suite fits in CI: workers beat every
+# 0.5 s (dead after 1.5 s) and a lost batch's lease is 10 s.
+FAST_FAULTS = {"HEADRACE_WORKER_HEARTBEAT_S": "0.5", "HEADRACE_LEASE_BASE_S": "10"}
+
+
+def fault_texts(count: int = FAULT_REQUESTS, seed: int = 5) -> list[str]:
+    return [t[:300] for t in long_tail_texts(count, seed=seed)]
+
+
+@dataclass
+class Outcome:
+    fault: str
+    requests: int
+    replies: int
+    duplicates: int
+    lost: int
+    recovery_s: float
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def record(self) -> None:
+        REPORT.parent.mkdir(parents=True, exist_ok=True)
+        with REPORT.open("a") as out:
+            out.write(json.dumps({**asdict(self), "at": time.time()}) + "\n")
+
+
+class Run:
+    """Requests in flight, with the time each reply arrived."""
+
+    def __init__(self, client: Client, texts: Sequence[str]) -> None:
+        self.client = client
+        self._lock = threading.Lock()
+        self.arrivals: list[float] = []
+        self.submissions: list[Submission] = client.submit_many(texts)
+        for s in self.submissions:
+            s.future.add_done_callback(self._arrived)
+
+    def _arrived(self, _: object) -> None:
+        with self._lock:
+            self.arrivals.append(time.monotonic())
+
+    def answered(self) -> int:
+        with self._lock:
+            return len(self.arrivals)
+
+    def wait_for(self, count: int, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.answered() < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {self.answered()} of {count} replies in {timeout_s}s")
+            time.sleep(0.02)
+
+    def replies(self, timeout_s: float = 300) -> list[Reply]:
+        return [s.result(timeout_s) for s in self.submissions]
+
+    def recovery_s(self, fault_at: float) -> float:
+        """The longest stretch without a reply from the fault on: how long the pipeline
+        stalled before it served again (0 if it never paused)."""
+        with self._lock:
+            times = sorted(t for t in self.arrivals if t >= fault_at)
+        if not times:
+            return float("nan")
+        edges = [fault_at, *times]
+        return max(b - a for a, b in itertools.pairwise(edges))
+
+
+def count_on_topic(
+    settings: Settings, topic: str, ids: set[str], fault: str, recovery_s: float
+) -> Outcome:
+    """Count the replies the topic really holds for ``ids``."""
+    time.sleep(1.0)  # anything late would land now
+    counts: collections.Counter[str] = collections.Counter()
+    errors: collections.Counter[str] = collections.Counter()
+    for record in read_topic(settings, topic):
+        reply = Reply.model_validate_json(record.value)
+        if reply.request_id in ids:
+            counts[reply.request_id] += 1
+            if reply.error is not None:
+                errors[reply.error.code.value] += 1
+    outcome = Outcome(
+        fault=fault,
+        requests=len(ids),
+        replies=sum(counts.values()),
+        duplicates=sum(c - 1 for c in counts.values() if c > 1),
+        lost=len(ids - set(counts)),
+        recovery_s=round(recovery_s, 2),
+        errors=dict(errors),
+    )
+    outcome.record()
+    return outcome
+
+
+def assert_serves(client: Client, pipeline: Pipeline, timeout_s: float = 30) -> None:
+    """No process stayed wedged: all are alive and a new request is answered."""
+    dead = [p.name for p in [pipeline.dispatcher, *pipeline.workers] if not p.alive()]
+    assert not dead, f"processes died: {dead}"
+    reply = client.submit("still serving after the fault?").result(timeout_s)
+    assert reply.result is not None, reply.error
