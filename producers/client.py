@@ -29,6 +29,7 @@ from typing import Any
 from consumers.replies import ReplyListener
 from producers.tokens import count_tokens
 from runtime import connections
+from runtime.delivery import ReliableProducer
 from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.buckets import bucket_for
@@ -81,7 +82,9 @@ class Client:
             self.settings, [self.reply_topic, self.topics.control], partitions=1
         )
         self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
-        self._producer = connections.producer(self.settings)
+        self._producer = ReliableProducer(
+            lambda: connections.producer(self.settings), self.settings.reply_delivery_timeout_s
+        )
         self._listener = ReplyListener(self.settings, self.reply_topic).start()
 
     # --- building requests ---------------------------------------------------------------------
@@ -148,15 +151,19 @@ class Client:
         future.add_done_callback(lambda _: self._slots.release())
         self._producer.send(
             self.topics.requests(bucket),
+            request.model_dump_json().encode(),
             key=request.request_id.encode(),
-            value=request.model_dump_json().encode(),
         )
         return Submission(request=request, bucket=bucket, future=future)
+
+    def flush(self) -> None:
+        """Block until everything sent is acknowledged by the broker (DeliveryError if not)."""
+        self._producer.flush()
 
     def submit_many(self, texts: Sequence[str], **options: object) -> list[Submission]:
         prepared = self.prepare(texts, **options)  # type: ignore[arg-type]
         submissions = [self.send(request, bucket) for request, bucket in prepared]
-        self._producer.flush()
+        self.flush()
         return submissions
 
     def submit(self, text: str, *, request_id: str | None = None, **options: object) -> Submission:
@@ -189,7 +196,7 @@ class Client:
         still ``cancelled``. Already answered: nothing changes."""
         control = Control(action="cancel", tenant=tenant or self.tenant, request_id=request_id)
         self._producer.send(
-            self.topics.control, key=request_id.encode(), value=control.model_dump_json().encode()
+            self.topics.control, control.model_dump_json().encode(), key=request_id.encode()
         )
         self._producer.flush()
 
@@ -216,7 +223,7 @@ class Client:
         return self._listener.pending()
 
     def close(self) -> None:
-        self._producer.close(timeout=5)
+        self._producer.close()
         self._listener.close()
 
     def __enter__(self) -> Client:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from consumers.replies import stream_replies
 from runtime import connections, metrics
+from runtime.delivery import DeliveryError, ReliableProducer
 from runtime.models import known_models, model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
@@ -110,7 +111,9 @@ class Dispatcher:
         self.topics = Topics(settings.topic_prefix)
         self.bucket_of_topic = {self.topics.requests(b): b for b in settings.buckets}
         connections.ensure_topics(settings, [*self.bucket_of_topic, self.topics.dead_letter])
-        self.producer = connections.producer(settings)
+        # short: a flush that fails is tried again on the next pass, and the poll loop must
+        # keep its group membership meanwhile
+        self.producer = ReliableProducer(lambda: connections.producer(settings), timeout_s=3.0)
         self.celery = connections.celery_app(settings)
         self.ledger = Ledger(
             connections.redis_client(settings), settings.topic_prefix, settings.answered_ttl_s
@@ -183,7 +186,12 @@ class Dispatcher:
         self._check_leases()
         self._flush_due()
         if self._answered_now:
-            self.producer.flush(timeout=30)
+            try:
+                self.producer.flush()
+            except DeliveryError as exc:
+                log.warning("error replies not delivered yet (%s); trying again", exc)
+                self._maybe_commit()
+                return
             if self._to_mark:
                 marks = list(self._to_mark)
                 if self._guarded(lambda: self.ledger.mark_answered(marks)):
@@ -199,7 +207,7 @@ class Dispatcher:
             self.control.close()
         finally:
             self.consumer.close(autocommit=False)
-            self.producer.close(timeout=5)
+            self.producer.close()
 
     def _guarded(self, action: Callable[[], None]) -> bool:
         """Run a step that needs Redis; if Redis is away, log once and carry on polling (Kafka
@@ -209,10 +217,12 @@ class Dispatcher:
         except STATE_ERRORS as exc:
             self._state_failed(exc)
             return False
+        return True
+
+    def _state_ok(self) -> None:
         if self._state_down_since is not None:
             log.info("Redis reachable again after %.1fs", self.clock() - self._state_down_since)
             self._state_down_since = None
-        return True
 
     def _state_failed(self, exc: BaseException) -> None:
         for health in self.health.values():
@@ -289,7 +299,7 @@ class Dispatcher:
         letter = DeadLetter(
             source=ref, code=code, reason=message, original=raw.decode("utf-8", errors="replace")
         )
-        self.producer.send(self.topics.dead_letter, value=letter.model_dump_json().encode())
+        self.producer.send(self.topics.dead_letter, letter.model_dump_json().encode())
         parsed = _loads_object(raw)
         reply_to, request_id = parsed.get("reply_to"), parsed.get("request_id")
         if isinstance(reply_to, str) and isinstance(request_id, str):
@@ -324,9 +334,7 @@ class Dispatcher:
             return True
         reply = Reply(request_id=request_id, tenant=key[0], model=model, error=error)
         try:
-            self.producer.send(
-                topic, key=request_id.encode(), value=reply.model_dump_json().encode()
-            )
+            self.producer.send(topic, reply.model_dump_json().encode(), key=request_id.encode())
         except Exception:  # an unusable reply_to (bad topic name): the dead letter has it
             log.exception("could not send error reply to %r", topic)
         self._answered_now.append(ref)
@@ -449,6 +457,7 @@ class Dispatcher:
             return
         self._live_checked = now
         self._check_epoch()
+        self._state_ok()
         self._live = self.ledger.live_workers(
             self.settings.buckets, BEATS_BEFORE_DEAD * self.settings.worker_heartbeat_s
         )
@@ -536,7 +545,7 @@ class Dispatcher:
         letter = DeadLetter(
             source=ref, code=info.code, reason=message, original=request.model_dump_json()
         )
-        self.producer.send(self.topics.dead_letter, value=letter.model_dump_json().encode())
+        self.producer.send(self.topics.dead_letter, letter.model_dump_json().encode())
 
     def _check_epoch(self) -> None:
         epoch = self.ledger.epoch(uuid.uuid4().hex)

@@ -26,6 +26,7 @@ from celery.signals import worker_ready
 from kafka.errors import KafkaError
 
 from runtime import connections
+from runtime.delivery import DeliveryError, ReliableProducer
 from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.messages import Batch, Reply
@@ -45,46 +46,31 @@ RETRY_COUNTDOWN_S = 1.0
 TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, KafkaError, ConnectionError)
 
 
-class ReplyDeliveryError(RuntimeError):
-    """The broker did not acknowledge some replies within reply_delivery_timeout_s."""
-
-
 class WarmUpFailed(RuntimeError):
     """A loading stage failed or ran past its timeout; the worker takes no work."""
 
 
 class KafkaReplySink:
-    """Replies go out through an idempotent producer that retries until the broker has them
-    (a broker restart delays them; it does not drop or duplicate them)."""
+    """Replies go out through an idempotent producer; failed ones are sent again (on a fresh
+    producer) until reply_delivery_timeout_s, so a broker or storage outage delays replies
+    instead of dropping them."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        timeout_ms = int(settings.reply_delivery_timeout_s * 1000)
-        self.producer = connections.producer(
-            settings,
-            enable_idempotence=True,
-            delivery_timeout_ms=timeout_ms,
-            request_timeout_ms=min(30_000, timeout_ms),
+        self.out = ReliableProducer(
+            lambda: connections.producer(settings, enable_idempotence=True),
+            settings.reply_delivery_timeout_s,
         )
         self._known_topics: set[str] = set()
-        self._futures: list[Any] = []
 
     def send(self, topic: str, reply: Reply) -> None:
         if topic not in self._known_topics:
             connections.ensure_topics(self.settings, [topic], partitions=1)
             self._known_topics.add(topic)
-        self._futures.append(
-            self.producer.send(
-                topic, key=reply.request_id.encode(), value=reply.model_dump_json().encode()
-            )
-        )
+        self.out.send(topic, reply.model_dump_json().encode(), key=reply.request_id.encode())
 
     def flush(self) -> None:
-        futures, self._futures = self._futures, []
-        self.producer.flush(timeout=self.settings.reply_delivery_timeout_s + 5)
-        failed = [f.exception for f in futures if f.failed()]
-        if failed:
-            raise ReplyDeliveryError(f"{len(failed)} replies not delivered: {failed[0]!r}")
+        self.out.flush()
 
 
 def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
@@ -155,7 +141,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         batch = Batch.model_validate(payload)
         try:
             run_batch(batch, ctx)
-        except (*TRANSIENT_ERRORS, ReplyDeliveryError) as exc:
+        except (*TRANSIENT_ERRORS, DeliveryError) as exc:
             log.warning("batch %s hit %r; retrying it once", batch.batch_id, exc)
             ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
             try:

@@ -107,10 +107,10 @@ def test_same_request_id_twice_gives_one_reply(client: Client) -> None:
     ((request, bucket),) = client.prepare(["the same request, twice"], request_ids=[request_id])
     first = client.send(request, bucket)
     client.send(request, bucket)
-    client._producer.flush()
+    client.flush()
     assert first.result(60).result is not None
     client.send(request, bucket)  # and once more after it was answered
-    client._producer.flush()
+    client.flush()
     time.sleep(3)
     replies = [
         r
@@ -145,7 +145,7 @@ def test_over_long_input_sent_raw_gets_an_error_reply(client: Client) -> None:
         reply_to=client.reply_topic,  # no token_count: not counted
     )
     submission = client.send(request, client.settings.buckets[-1])
-    client._producer.flush()
+    client.flush()
     reply = submission.result(60)
     assert reply.error is not None and reply.error.code is ErrorCode.input_too_long
     assert topics.requests(512)  # the record went to the largest bucket

@@ -1,0 +1,80 @@
+"""Faults of the broker and of the S3 store under it: a tansu that keeps its log in S3
+(SeaweedFS) is restarted, or loses S3 for 10 s, with requests in flight."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from producers.client import Client
+from runtime.localstack import LocalStack
+from runtime.processes import Pipeline
+from runtime.settings import Settings
+from tests.conftest import pipeline_env, unique_prefix
+from tests.faults.harness import (
+    FAST_FAULTS,
+    FAULT_REQUESTS,
+    Run,
+    assert_serves,
+    count_on_topic,
+    fault_texts,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+DURABLE_BROKER = "127.0.0.1:19093"  # beside the suite's in-memory one on 19092
+
+
+@pytest.fixture(scope="module")
+def durable_broker(
+    stack: LocalStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    state: Path = tmp_path_factory.mktemp("durable-broker")
+    broker = LocalStack(
+        Settings(kafka_bootstrap=DURABLE_BROKER, broker_storage="s3", state_dir=state)
+    )
+    broker.up(only=("kafka",))
+    yield broker
+    broker.down()
+
+
+def run_with_fault(name: str, prefix: str, seed: int, inject: object) -> None:
+    settings = Settings(topic_prefix=prefix, kafka_bootstrap=DURABLE_BROKER)
+    env = pipeline_env(prefix, HEADRACE_KAFKA_BOOTSTRAP=DURABLE_BROKER, **FAST_FAULTS)
+    with Pipeline(env=env) as pipeline, Client(settings, tenant="faults") as client:
+        run = Run(client, fault_texts(seed=seed))
+        run.wait_for(FAULT_REQUESTS // 5)
+        fault_at = time.monotonic()
+        assert callable(inject)
+        inject()
+        replies = run.replies()
+        outcome = count_on_topic(
+            settings,
+            client.reply_topic,
+            {s.request.request_id for s in run.submissions},
+            name,
+            run.recovery_s(fault_at),
+        )
+        assert_serves(client, pipeline)
+    assert all(r.result is not None for r in replies), outcome.errors
+    assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
+
+
+def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
+    def restart() -> None:
+        durable_broker.stop_service("kafka")
+        durable_broker.up(only=("kafka",))
+
+    run_with_fault("restart the broker (S3 storage)", unique_prefix("broker"), 8, restart)
+
+
+def test_s3_stopped_for_10_s_mid_run(stack: LocalStack, durable_broker: LocalStack) -> None:
+    def outage() -> None:
+        stack.stop_service("s3")
+        time.sleep(10)
+        stack.up(only=("s3",))
+
+    run_with_fault("stop S3 for 10 s (broker's store)", unique_prefix("s3-outage"), 9, outage)
