@@ -83,8 +83,9 @@ class Settings(BaseSettings):
     answered_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
 
     # --- faults and limits ----------------------------------------------------------------
-    # A request whose batch crashed or ran past its lease this many times while alone in its
-    # batch is dead-lettered (crashed batches are split in halves before they are sent again).
+    # A request whose batch crashed or ran past its lease this many times while it was alone in
+    # the batch is dead-lettered (a crashed batch is split in halves before it is sent again,
+    # so a request that kills its worker ends up alone and its batch-mates are answered).
     max_attempts: int = Field(default=3, ge=1)
     # Workers beat this often; one silent for three beats is dead and its batch is sent again
     # at once (not at the end of its lease).

@@ -4,7 +4,6 @@ answered records. The poll loop never blocks on compute."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -20,7 +19,6 @@ from kafka import ConsumerRebalanceListener
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from kombu.exceptions import OperationalError
-from pydantic import ValidationError
 
 from consumers.replies import stream_replies
 from runtime import connections, metrics
@@ -34,6 +32,7 @@ from workers.admission import admission_error
 from workers.batcher import DynamicBatcher
 from workers.control import ControlReader
 from workers.health import BucketHealth, Health, HealthPolicy
+from workers.intake import Rejection, parse_request
 from workers.ledger import SENDING_PREFIX, ClaimState, Ledger
 from workers.offsets import OffsetTracker, Partition
 from workers.worker import TASK_NAME
@@ -61,6 +60,7 @@ class Pending:
     item: BatchItem
     tokens: int
     failures: int = 0  # batches of this request that crashed or ran past their lease
+    solo_failures: int = 0  # ... of those, the ones where it was alone in its batch
 
     @property
     def key(self) -> RequestKey:
@@ -236,17 +236,11 @@ class Dispatcher:
         ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
         self.tracker.track((ref.topic, ref.partition), ref.offset)
         self.stats.records += 1
-        raw: bytes = record.value or b""
-        if len(raw) > self.settings.max_request_bytes:
-            message = f"{len(raw)} bytes > max_request_bytes {self.settings.max_request_bytes}"
-            self._dead_letter(record, ref, ErrorCode.request_too_large, message)
+        parsed = parse_request(record.value or b"", self.settings.max_request_bytes)
+        if isinstance(parsed, Rejection):
+            self._dead_letter(record, ref, parsed)
             return
-        try:
-            request = Request.model_validate_json(raw)
-        except ValidationError as exc:
-            code, message = _describe_invalid(raw, exc)
-            self._dead_letter(record, ref, code, message)
-            return
+        request = parsed
         key = (request.tenant, request.request_id)
         bucket = self.bucket_of_topic[record.topic]
         problem = self._admission(request, bucket)
@@ -289,25 +283,22 @@ class Dispatcher:
             )
         return None
 
-    def _dead_letter(
-        self, record: ConsumerRecord, ref: RecordRef, code: ErrorCode, message: str
-    ) -> None:
+    def _dead_letter(self, record: ConsumerRecord, ref: RecordRef, why: Rejection) -> None:
         raw: bytes = record.value or b""
         self.stats.malformed += 1
-        metrics.RECORDS.labels(code.value).inc()
-        log.warning("dead letter %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, message)
+        metrics.RECORDS.labels(why.code.value).inc()
+        log.warning("dead letter %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, why.message)
         letter = DeadLetter(
-            source=ref, code=code, reason=message, original=raw.decode("utf-8", errors="replace")
+            source=ref,
+            code=why.code,
+            reason=why.message,
+            original=raw.decode("utf-8", errors="replace"),
         )
         self.producer.send(self.topics.dead_letter, letter.model_dump_json().encode())
-        parsed = _loads_object(raw)
-        reply_to, request_id = parsed.get("reply_to"), parsed.get("request_id")
-        if isinstance(reply_to, str) and isinstance(request_id, str):
-            key = (str(parsed.get("tenant", "")), request_id)
-            model = str(parsed.get("model", ""))
-            if self._reply_error(
-                reply_to, request_id, key, model, ErrorInfo(code=code, message=message), ref
-            ):
+        if why.reply_to is not None and why.request_id is not None:
+            info = ErrorInfo(code=why.code, message=why.message)
+            key = (why.tenant, why.request_id)
+            if self._reply_error(why.reply_to, why.request_id, key, why.model, info, ref):
                 return
         self._answered_now.append(ref)
 
@@ -445,6 +436,11 @@ class Dispatcher:
                 overdue = now - flight.lease_deadline
                 if overdue < (LEASE_HARD_FACTOR - 1) * flight.lease_s:
                     continue
+            elif flight.runner is None and not self._live_workers(flight.bucket):
+                # no worker to take it: sending it again would change nothing, and it is not
+                # the request's fault (a lost queue is caught by the Redis epoch check)
+                flight.lease_deadline = now + flight.lease_s
+                continue
             del self.in_flight[batch_id]
             log.warning("batch %s ran past its lease (runner %s)", batch_id, flight.runner)
             self._redeliver(flight)
@@ -513,8 +509,8 @@ class Dispatcher:
 
     def _redeliver(self, flight: InFlight) -> None:
         """Send a crashed or late batch's unanswered requests again, split in halves so a
-        request that kills its batch ends up alone; alone ``max_attempts`` times, it is
-        dead-lettered with ``redelivery_exhausted``."""
+        request that kills its batch ends up alone; failing alone ``max_attempts`` times, it
+        is dead-lettered with ``redelivery_exhausted``."""
         self._uncount(flight)
         alive = flight.alive_items(self.owner_of)
         if not alive:
@@ -523,9 +519,11 @@ class Dispatcher:
         metrics.REDISPATCHED.inc()
         for p in alive:
             p.failures += 1
-        if len(alive) == 1 and alive[0].failures >= self.settings.max_attempts:
-            self._exhaust(alive[0])
-            return
+        if len(alive) == 1:
+            alive[0].solo_failures += 1
+            if alive[0].solo_failures >= self.settings.max_attempts:
+                self._exhaust(alive[0])
+                return
         half = (len(alive) + 1) // 2
         for part in (alive[:half], alive[half:]):
             if part:
@@ -533,7 +531,10 @@ class Dispatcher:
 
     def _exhaust(self, pending: Pending) -> None:
         request, ref = pending.item.request, pending.item.ref
-        message = f"its batch crashed or ran past its lease {pending.failures} times"
+        message = (
+            f"its batch crashed or ran past its lease {pending.failures} times, "
+            f"{pending.solo_failures} of them with this request alone"
+        )
         info = ErrorInfo(code=ErrorCode.redelivery_exhausted, message=message)
         if not self._reply_error(
             request.reply_to, request.request_id, pending.key, request.model, info, ref
@@ -669,27 +670,6 @@ class Dispatcher:
                 if key is not None:
                     self.waiting.pop(key, None)
         self.tracker.forget(partitions)
-
-
-def _describe_invalid(raw: bytes, exc: ValidationError) -> tuple[ErrorCode, str]:
-    try:
-        json.loads(raw)
-        code = ErrorCode.invalid_schema
-    except ValueError:
-        code = ErrorCode.invalid_json
-    reason = exc.errors(include_url=False, include_input=False)
-    message = "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in reason[:5]
-    )
-    return code, message
-
-
-def _loads_object(raw: bytes) -> dict[str, Any]:
-    try:
-        parsed = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _log_commit_error(offsets: Any, response: Any) -> None:
