@@ -92,7 +92,9 @@ class Proc:
 
 
 class Pipeline:
-    """A dispatcher and workers for one settings environment; a context manager."""
+    """A dispatcher and workers for one settings environment; a context manager.
+    ``worker_buckets``: one entry per worker ("all" or "16,32"); default one worker for all;
+    ``[]`` for none."""
 
     def __init__(
         self,
@@ -108,7 +110,7 @@ class Pipeline:
         )
         self.workers = [
             Proc(f"worker-{i}", ["worker", "--buckets", b], self.env, self.log_dir)
-            for i, b in enumerate(worker_buckets or ["all"])
+            for i, b in enumerate(["all"] if worker_buckets is None else worker_buckets)
         ]
         self.dispatcher = Proc("dispatcher", ["dispatcher"], self.env, self.log_dir)
 
@@ -121,6 +123,14 @@ class Pipeline:
             self.stop()  # leave no worker behind when a later process fails to start
             raise
         return self
+
+    def add_worker(self, buckets: str = "all") -> Proc:
+        """Start one more worker (``buckets``: "all" or comma-separated boundaries)."""
+        worker = Proc(
+            f"worker-{len(self.workers)}", ["worker", "--buckets", buckets], self.env, self.log_dir
+        )
+        self.workers.append(worker)
+        return worker.start()
 
     def stop(self) -> None:
         for proc in [self.dispatcher, *self.workers]:

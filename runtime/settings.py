@@ -112,9 +112,12 @@ class Settings(BaseSettings):
 
     # --- fault injection (tests and drills only; never set in production) --------------------
     # An input containing fault_poison_marker makes the model raise; one containing
-    # fault_crash_marker kills the worker process (os._exit) mid-batch.
+    # fault_crash_marker kills the worker process (os._exit) mid-batch; a batch holding one
+    # containing fault_slow_marker takes fault_slow_s longer.
     fault_poison_marker: str | None = None
     fault_crash_marker: str | None = None
+    fault_slow_marker: str | None = None
+    fault_slow_s: float = Field(default=3.0, ge=0)
 
     @field_validator("buckets")
     @classmethod

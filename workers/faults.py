@@ -3,13 +3,15 @@
 Enabled only by the ``fault_poison_marker`` / ``fault_crash_marker`` settings. An input that
 contains the poison marker makes the model raise for any batch holding it (so bisection has to
 isolate it); one that contains the crash marker kills the worker process mid-batch, after its
-requests were claimed, the way a segfault or the OOM killer would.
+requests were claimed, the way a segfault or the OOM killer would. One with the slow marker
+holds its batch for a while (to cancel or time out something that is running).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 from workers.backends.base import Backend, EncodedItem, LoadTimings
 
@@ -23,12 +25,22 @@ class InjectedFault(RuntimeError):
 
 
 class FaultyBackend:
-    def __init__(self, inner: Backend, poison: str | None, crash: str | None) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        poison: str | None = None,
+        crash: str | None = None,
+        slow: str | None = None,
+        slow_s: float = 3.0,
+    ) -> None:
         self.inner = inner
         self.poison = poison
         self.crash = crash
+        self.slow = slow
+        self.slow_s = slow_s
         self._poisoned: set[int] = set()
         self._crashing: set[int] = set()
+        self._slow: set[int] = set()
 
     @property
     def name(self) -> str:
@@ -55,6 +67,7 @@ class FaultyBackend:
         items = self.inner.encode(texts, truncate)
         self._poisoned = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.poison)}
         self._crashing = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.crash)}
+        self._slow = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.slow)}
         return items
 
     def embed(
@@ -65,6 +78,8 @@ class FaultyBackend:
             os._exit(CRASH_EXIT_CODE)
         if any(id(i) in self._poisoned for i in items):
             raise InjectedFault("injected poison input")
+        if any(id(i) in self._slow for i in items):
+            time.sleep(self.slow_s)
         return self.inner.embed(items, normalize)
 
 

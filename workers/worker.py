@@ -92,9 +92,15 @@ def load_backend(settings: Settings, buckets: list[int]) -> Backend:
     backend: Backend = EmbeddingBackend(
         spec.name, spec.path, spec.max_tokens, device=settings.device
     )
-    if settings.fault_poison_marker or settings.fault_crash_marker:
+    if settings.fault_poison_marker or settings.fault_crash_marker or settings.fault_slow_marker:
         log.warning("FAULT INJECTION ENABLED: this worker fails marked inputs on purpose")
-        backend = FaultyBackend(backend, settings.fault_poison_marker, settings.fault_crash_marker)
+        backend = FaultyBackend(
+            backend,
+            poison=settings.fault_poison_marker,
+            crash=settings.fault_crash_marker,
+            slow=settings.fault_slow_marker,
+            slow_s=settings.fault_slow_s,
+        )
     _timed_stage("load_weights", backend.load_weights, settings.load_weights_timeout_s)
     _timed_stage("build", backend.build, settings.build_timeout_s)
     _timed_stage("warm_up", lambda: backend.warm_up(buckets), settings.warm_up_timeout_s)
