@@ -90,7 +90,10 @@ class Settings(BaseSettings):
     # Workers beat this often; one silent for three beats is dead and its batch is sent again
     # at once (not at the end of its lease).
     worker_heartbeat_s: float = Field(default=2.0, gt=0)
-    max_request_bytes: int = Field(default=1 << 20, ge=1024)  # JSON size, producer and dispatcher
+    # JSON size of one request, enforced by the producer and again by the dispatcher (below
+    # Kafka's default 1 MiB message limit, so an oversized record still reaches the dispatcher
+    # and gets its typed error)
+    max_request_bytes: int = Field(default=256 * 1024, ge=1024)
     # Degradation: a bucket with no live worker for degrade_after_s, or whose model-error rate
     # passes breaker_error_rate (over at least breaker_min_requests in breaker_window_s), answers
     # new requests at once with `unavailable` ("error") or keeps queueing them ("queue"), and
