@@ -8,7 +8,9 @@ import collections
 import json
 import time
 import uuid
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +20,19 @@ from runtime.processes import Pipeline
 from runtime.settings import Settings
 from schemas.messages import Reply, Request
 from schemas.topics import Topics
+from tests.conftest import pipeline_env, unique_prefix
 from tests.integration.topics import read_topic
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def fuzz_pipeline(stack: object) -> Iterator[tuple[Pipeline, Settings]]:
+    """Its own pipeline: fuzzed records must not land on other tests' topics."""
+    prefix = unique_prefix("fuzz")
+    with Pipeline(env=pipeline_env(prefix)) as pipeline:
+        yield pipeline, Settings(topic_prefix=prefix)
+
 
 Record = tuple[bytes, str | None]  # the bytes, and the request id a reply must carry (if any)
 
@@ -75,15 +89,16 @@ records = st.lists(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_fuzzed_records_get_one_reply_each(
-    shared_pipeline: Pipeline, shared_settings: Settings, specs: list[tuple[str, object, int]]
+    fuzz_pipeline: tuple[Pipeline, Settings], specs: list[tuple[str, object, int]]
 ) -> None:
-    reply_to = Topics(shared_settings.topic_prefix).replies(f"fuzz-{uuid.uuid4().hex[:8]}")
-    with Client(shared_settings, tenant="fuzz", reply_topic=reply_to) as client:
+    pipeline, conf = fuzz_pipeline
+    reply_to = Topics(conf.topic_prefix).replies(f"fuzz-{uuid.uuid4().hex[:8]}")
+    with Client(conf, tenant="fuzz", reply_topic=reply_to) as client:
         built = [build(kind, payload, reply_to, dup) for kind, payload, dup in specs]
-        producer = connections.producer(shared_settings)
-        topics = Topics(shared_settings.topic_prefix)
+        producer = connections.producer(conf)
+        topics = Topics(conf.topic_prefix)
         for i, (raw, _) in enumerate(built):
-            producer.send(topics.requests(shared_settings.buckets[i % 3]), value=raw)
+            producer.send(topics.requests(conf.buckets[i % 3]), value=raw)
         producer.flush()
         producer.close()
         expected = {rid for _, rid in built if rid is not None}
@@ -92,9 +107,9 @@ def test_fuzzed_records_get_one_reply_each(
         while set(counts) < expected and time.monotonic() < deadline:
             counts = collections.Counter(
                 Reply.model_validate_json(r.value).request_id
-                for r in read_topic(shared_settings, reply_to, idle_s=0.5)
+                for r in read_topic(conf, reply_to, idle_s=0.5)
             )
         assert set(counts) == expected, f"missing {expected - set(counts)}"
         assert max(counts.values(), default=1) == 1, counts.most_common(3)
-        assert shared_pipeline.dispatcher.alive()
+        assert pipeline.dispatcher.alive()
         assert client.submit("alive after the fuzz").result(30).result is not None
