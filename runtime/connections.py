@@ -49,6 +49,9 @@ def producer(settings: Settings, **overrides: Any) -> KafkaProducer:
         "batch_size": 1 << 20,
         "acks": "all",
         "max_block_ms": 10_000,
+        # a broker stalled on its storage holds a produce request; give up on it (and retry,
+        # idempotently) after 10 s rather than the default 30 s
+        "request_timeout_ms": 10_000,
         **overrides,
     }
     return KafkaProducer(**options)

@@ -73,8 +73,17 @@ class Run:
                 raise AssertionError(f"only {self.answered()} of {count} replies in {timeout_s}s")
             time.sleep(0.02)
 
-    def replies(self, timeout_s: float = 300) -> list[Reply]:
-        return [s.result(timeout_s) for s in self.submissions]
+    def replies(self, timeout_s: float = 300) -> list[Reply | None]:
+        """Each request's reply, None where none came within ``timeout_s`` (counted as lost
+        on the topic afterwards, so a failure still records its row in the table)."""
+        deadline = time.monotonic() + timeout_s
+        out: list[Reply | None] = []
+        for s in self.submissions:
+            try:
+                out.append(s.future.result(timeout=max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                out.append(None)
+        return out
 
     def recovery_s(self, fault_at: float) -> float:
         """The longest stretch without a reply from the fault on: how long the pipeline

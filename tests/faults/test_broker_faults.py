@@ -59,8 +59,8 @@ def run_with_fault(name: str, prefix: str, seed: int, inject: object) -> None:
             run.recovery_s(fault_at),
         )
         assert_serves(client, pipeline)
-    assert all(r.result is not None for r in replies), outcome.errors
     assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
+    assert all(r is not None and r.result is not None for r in replies), outcome.errors
 
 
 def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:

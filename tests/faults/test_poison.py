@@ -106,12 +106,13 @@ def test_poison_flood(stack: LocalStack) -> None:
             for r in read_topic(settings, client.reply_topic)
             if json.loads(r.value)["request_id"].startswith("bad-")
         )
+    assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
     for i, reply in enumerate(replies):
+        assert reply is not None
         if i in poisoned:
             assert reply.error is not None and reply.error.code is ErrorCode.model_error
         else:
             assert reply.result is not None, reply.error
-    assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
     assert len(letters) == len(bad)
     codes = collections.Counter(letter.code for letter in letters)
     assert codes[ErrorCode.request_too_large] == 100

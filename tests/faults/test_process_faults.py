@@ -47,8 +47,8 @@ def test_worker_killed_mid_run(stack: LocalStack) -> None:
             run.recovery_s(fault_at),
         )
         assert_serves(client, pipeline)
-    assert all(r.result is not None for r in replies), outcome.errors
     assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
+    assert all(r is not None and r.result is not None for r in replies), outcome.errors
 
 
 def test_dispatcher_killed_mid_run(stack: LocalStack) -> None:
@@ -73,5 +73,5 @@ def test_dispatcher_killed_mid_run(stack: LocalStack) -> None:
             run.recovery_s(fault_at),
         )
         assert_serves(client, pipeline)
-    assert all(r.result is not None for r in replies), outcome.errors
     assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
+    assert all(r is not None and r.result is not None for r in replies), outcome.errors

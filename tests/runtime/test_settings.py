@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from runtime import connections
 from runtime.settings import Settings
 
 
@@ -47,3 +48,27 @@ def test_secrets_are_masked_and_passed_to_kafka() -> None:
     options = settings.kafka_options()
     assert options["sasl_plain_password"] == "s3cret"
     assert options["security_protocol"] == "SASL_SSL"
+
+
+def test_tls_files_and_redis_password_pass_through() -> None:
+    settings = Settings(
+        kafka_security_protocol="SSL",
+        kafka_ssl_cafile="/etc/ca.pem",  # type: ignore[arg-type]
+        kafka_ssl_password="keypass",  # type: ignore[arg-type]
+        redis_url="rediss://cache.internal:6380/2",
+        redis_password="p@ss/word",  # type: ignore[arg-type]
+    )
+    assert "keypass" not in repr(settings) and "p@ss" not in repr(settings)
+    options = settings.kafka_options()
+    assert options["ssl_cafile"] == "/etc/ca.pem" and options["ssl_password"] == "keypass"
+    assert "ssl_certfile" not in options
+    assert connections.broker_url(settings) == "rediss://:p%40ss%2Fword@cache.internal:6380/2"
+    client = connections.redis_client(settings)
+    assert client.connection_pool.connection_kwargs["password"] == "p@ss/word"
+
+
+def test_celery_accepts_json_only() -> None:
+    app = connections.celery_app(Settings())
+    assert app.conf.accept_content == ["json"]
+    assert app.conf.task_serializer == "json" and app.conf.result_serializer == "json"
+    assert app.conf.task_acks_late and app.conf.worker_prefetch_multiplier == 1

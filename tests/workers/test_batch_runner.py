@@ -1,0 +1,115 @@
+"""One batch on a worker, with the real model, Redis and broker: out-of-memory splits the
+batch, a poison item fails alone, cancelled and answered requests are handled by their claim
+state, and the completion says what happened."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+import torch
+
+from runtime import connections
+from runtime.localstack import LocalStack
+from runtime.models import model_spec
+from runtime.settings import Settings
+from schemas.errors import ErrorCode
+from schemas.messages import Batch, BatchItem, RecordRef, Reply, Request
+from schemas.topics import Topics
+from tests.integration.topics import read_topic
+from workers.backends import EmbeddingBackend
+from workers.backends.base import EncodedItem
+from workers.batch_runner import BatchContext, run_batch
+from workers.faults import FaultyBackend
+from workers.ledger import ClaimState, Ledger
+from workers.worker import KafkaReplySink
+
+MODEL = "all-MiniLM-L6-v2"
+
+
+class SmallMemory(FaultyBackend):
+    """Runs out of memory on any batch of more than ``rows`` rows, as a full GPU would."""
+
+    def __init__(self, inner: EmbeddingBackend, rows: int) -> None:
+        super().__init__(inner, poison="<<poison>>")
+        self.rows = rows
+        self.batch_sizes: list[int] = []
+
+    def embed(
+        self, items: list[EncodedItem], normalize: list[bool]
+    ) -> tuple[list[list[float]], int, int]:
+        self.batch_sizes.append(len(items))
+        if len(items) > self.rows:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return super().embed(items, normalize)
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[EmbeddingBackend]:
+    spec = model_spec(MODEL)
+    model = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
+    model.load_weights()
+    model.build()
+    yield model
+
+
+def make_batch(prefix: str, texts: list[str]) -> Batch:
+    items = [
+        BatchItem(
+            request=Request(
+                request_id=f"r{i}-{uuid.uuid4().hex[:6]}",
+                tenant="runner",
+                model=MODEL,
+                input=text,
+                reply_to=Topics(prefix).replies("runner"),
+                created_at=datetime.now(UTC),
+            ),
+            ref=RecordRef(topic=f"{prefix}.requests.b16", partition=0, offset=i),
+            arrived_at=datetime.now(UTC).timestamp(),
+        )
+        for i, text in enumerate(texts)
+    ]
+    return Batch(
+        batch_id=uuid.uuid4().hex, bucket=16, dispatcher_id="d", dispatched_at=0, items=items
+    )
+
+
+def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
+    stack: LocalStack, backend: EmbeddingBackend
+) -> None:
+    prefix = f"t-runner-{uuid.uuid4().hex[:8]}"
+    settings = Settings(topic_prefix=prefix)
+    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    model = SmallMemory(backend, rows=2)
+    ctx = BatchContext(backend=model, ledger=ledger, sink=KafkaReplySink(settings), worker_id="w")
+    texts = [f"sentence number {i}" for i in range(8)]
+    texts[5] = "this one is <<poison>>"
+    batch = make_batch(prefix, texts)
+    keys = [(i.request.tenant, i.request.request_id) for i in batch.items]
+    ledger.cancel(*keys[1])
+    ledger.mark_answered([keys[2]])
+
+    completion = run_batch(batch, ctx)
+
+    replies = {
+        r.request_id: r
+        for r in (
+            Reply.model_validate_json(x.value)
+            for x in read_topic(settings, batch.items[0].request.reply_to)
+        )
+    }
+    ids = [k[1] for k in keys]
+    assert ids[2] not in replies  # answered before: no second reply
+    assert replies[ids[1]].error is not None and replies[ids[1]].error.code is ErrorCode.cancelled
+    assert replies[ids[5]].error is not None and replies[ids[5]].error.code is ErrorCode.model_error
+    for i in (0, 3, 4, 6, 7):
+        result = replies[ids[i]].result
+        assert result is not None and len(result.embedding) == 384
+        assert replies[ids[i]].batch is not None and replies[ids[i]].batch.size <= 2
+    assert model.batch_sizes[0] == 6  # the six to compute, all at once first
+    assert max(s for s in model.batch_sizes if s <= 2) <= 2
+    assert len(completion.done) == 8 and completion.failed == 1 and not completion.deferred
+    assert ledger.runners([batch.batch_id]) == [None]  # finished: no longer running
+    assert set(ledger.claim(keys, "again", 1000)) == {ClaimState.answered}  # redelivery: silent
