@@ -54,9 +54,10 @@ class BatchContext:
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
-    ctx.ledger.start_batch(batch.batch_id, ctx.worker_id)
     ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
-    states = ctx.ledger.claim(ids, owner=batch.batch_id, lease_ms=ctx.claim_ms)
+    states = ctx.ledger.claim(
+        ids, owner=batch.batch_id, lease_ms=ctx.claim_ms, worker_id=ctx.worker_id
+    )
     already: list[RecordRef] = []
     deferred: list[RecordRef] = []
     fresh: list[BatchItem] = []
@@ -71,13 +72,17 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         else:
             fresh.append(item)
 
-    replies.extend(_cancel_late(_answer(batch, fresh, ctx), ctx))
+    replies.extend(_answer(batch, fresh, ctx))
     answering = [(i.request.tenant, i.request.request_id) for i, _ in replies]
-    ctx.ledger.sending(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
+    cancelled = ctx.ledger.begin_send(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
+    # a request cancelled while it was computed finishes, but its requester sees cancelled
+    replies = [
+        (item, _failure(item, CANCELLED) if late else reply)
+        for (item, reply), late in zip(replies, cancelled, strict=True)
+    ]
     for item, reply in replies:
         ctx.sink.send(item.request.reply_to, reply)
     ctx.sink.flush()
-    ctx.ledger.mark_answered(answering)
     ctx.stats["batches"] += 1
     ctx.stats["replies"] += len(replies)
     failed = sum(
@@ -89,24 +94,11 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         deferred=deferred,
         failed=failed,
     )
-    ctx.ledger.notify(batch.dispatcher_id, completion)
-    ctx.ledger.end_batch(batch.batch_id)
+    ctx.ledger.finish_batch(answering, batch.dispatcher_id, completion)
     return completion
 
 
 CANCELLED = ErrorInfo(code=ErrorCode.cancelled, message="cancelled")
-
-
-def _cancel_late(
-    replies: list[tuple[BatchItem, Reply]], ctx: BatchContext
-) -> list[tuple[BatchItem, Reply]]:
-    """A request cancelled while it was computed finishes, but its requester sees cancelled."""
-    ids = [(i.request.tenant, i.request.request_id) for i, _ in replies]
-    flags = ctx.ledger.cancelled(ids)
-    return [
-        (item, _failure(item, CANCELLED) if cancelled else reply)
-        for (item, reply), cancelled in zip(replies, flags, strict=True)
-    ]
 
 
 def _answer(

@@ -14,11 +14,15 @@ from schemas.messages import Completion
 
 ANSWERED = "answered"
 
-# KEYS holds n request keys, then their n cancel keys. For each request: answered ->
-# "answered"; claimed by another owner -> "busy"; otherwise claim it for ARGV[1] for ARGV[2]
-# ms and say "cancelled" if its cancel key exists, else "fresh".
+# KEYS holds n request keys, then their n cancel keys, then (optional) the running hash. For
+# each request: answered -> "answered"; claimed by another owner -> "busy"; otherwise claim it
+# for ARGV[1] for ARGV[2] ms and say "cancelled" if its cancel key exists, else "fresh". With
+# the running hash, record ARGV[1] (the batch) as computed by worker ARGV[3].
 _CLAIM = """
-local n = #KEYS / 2
+local n = math.floor(#KEYS / 2)
+if #KEYS % 2 == 1 then
+  redis.call('HSET', KEYS[#KEYS], ARGV[1], ARGV[3])
+end
 local out = {}
 for i = 1, n do
   local key = KEYS[i]
@@ -53,15 +57,19 @@ end
 return n
 """
 
-# Turn ARGV[1]'s claims into "sending:<owner>" for ARGV[2] ms: its replies are going out, and
-# if it dies now only the reply topic can tell whether they did.
-_SENDING = """
-for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('SET', key, 'sending:' .. ARGV[1], 'PX', ARGV[2])
+# KEYS: n request keys, then their n cancel keys. Turn ARGV[1]'s claims into
+# "sending:<owner>" for ARGV[2] ms (its replies are going out; if it dies now only the reply
+# topic can tell whether they did) and say which requests were cancelled meanwhile.
+_BEGIN_SEND = """
+local n = #KEYS / 2
+local out = {}
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('SET', KEYS[i], 'sending:' .. ARGV[1], 'PX', ARGV[2])
   end
+  out[i] = redis.call('EXISTS', KEYS[n + i])
 end
-return 1
+return out
 """
 SENDING_PREFIX = "sending:"
 
@@ -107,19 +115,46 @@ class Ledger:
         self.answered_ttl_s = answered_ttl_s
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
-        self._sending = client.register_script(_SENDING)
+        self._begin_send = client.register_script(_BEGIN_SEND)
 
     # --- idempotency by (tenant, request_id) -------------------------------------------------
-    def claim(self, ids: list[tuple[str, str]], owner: str, lease_ms: int) -> list[ClaimState]:
+    def claim(
+        self,
+        ids: list[tuple[str, str]],
+        owner: str,
+        lease_ms: int,
+        worker_id: str | None = None,
+    ) -> list[ClaimState]:
+        """Claim ``ids`` for ``owner`` (a batch id); with ``worker_id``, also record that this
+        worker computes the batch (see ``runners``). One round trip."""
+        keys = [self.keys.request(t, r) for t, r in ids] + [self.keys.cancel(t, r) for t, r in ids]
+        if worker_id is not None:
+            keys.append(self.keys.running)
+        if not keys:
+            return []
+        raw = self._claim(keys=keys, args=[owner, max(1, lease_ms), worker_id or ""])
+        return [ClaimState(v.decode() if isinstance(v, bytes) else v) for v in raw]
+
+    def begin_send(self, ids: list[tuple[str, str]], owner: str, ttl_ms: int) -> list[bool]:
+        """Mark ``owner``'s claims as sending; returns which of ``ids`` were cancelled."""
         if not ids:
             return []
         keys = [self.keys.request(t, r) for t, r in ids] + [self.keys.cancel(t, r) for t, r in ids]
-        raw = self._claim(keys=keys, args=[owner, max(1, lease_ms)])
-        return [ClaimState(v.decode() if isinstance(v, bytes) else v) for v in raw]
+        return [bool(flag) for flag in self._begin_send(keys=keys, args=[owner, ttl_ms])]
 
-    def sending(self, ids: list[tuple[str, str]], owner: str, ttl_ms: int) -> None:
-        if ids:
-            self._sending(keys=[self.keys.request(t, r) for t, r in ids], args=[owner, ttl_ms])
+    def finish_batch(
+        self, ids: list[tuple[str, str]], dispatcher_id: str, completion: Completion
+    ) -> None:
+        """Mark ``ids`` answered, tell the dispatcher, and drop the batch from the running
+        hash, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant, request_id in ids:
+            pipe.set(self.keys.request(tenant, request_id), ANSWERED, ex=self.answered_ttl_s)
+        key = self.keys.completions(dispatcher_id)
+        pipe.rpush(key, completion.model_dump_json())
+        pipe.expire(key, 24 * 3600)
+        pipe.hdel(self.keys.running, completion.batch_id)
+        pipe.execute()
 
     def holders(self, ids: list[tuple[str, str]]) -> list[str | None]:
         """The raw claim values: an owner, ``sending:<owner>``, ``answered`` or None."""
@@ -154,9 +189,6 @@ class Ledger:
         return [v is not None for v in values]
 
     # --- who computes which batch ----------------------------------------------------------
-    def start_batch(self, batch_id: str, worker_id: str) -> None:
-        self.redis.hset(self.keys.running, batch_id, worker_id)
-
     def end_batch(self, batch_id: str) -> None:
         self.redis.hdel(self.keys.running, batch_id)
 
@@ -173,13 +205,6 @@ class Ledger:
         return value.decode() if value is not None else candidate
 
     # --- completions -------------------------------------------------------------------------
-    def notify(self, dispatcher_id: str, completion: Completion) -> None:
-        key = self.keys.completions(dispatcher_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(key, completion.model_dump_json())
-        pipe.expire(key, 24 * 3600)
-        pipe.execute()
-
     def take_completions(self, dispatcher_id: str, limit: int = 1000) -> list[Completion]:
         raw = cast(list[bytes] | None, self.redis.lpop(self.keys.completions(dispatcher_id), limit))
         if not raw:

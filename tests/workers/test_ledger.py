@@ -49,12 +49,13 @@ def test_claims_expire_with_their_lease(stack: LocalStack) -> None:
 def test_completions_queue_in_order(stack: LocalStack) -> None:
     ledger = make_ledger(stack)
     ref = RecordRef(topic="x", partition=0, offset=3)
-    ledger.notify("d1", Completion(batch_id="b1", done=[ref]))
-    ledger.notify("d1", Completion(batch_id="b2", done=[], deferred=[ref]))
+    ledger.finish_batch([("t", "r1")], "d1", Completion(batch_id="b1", done=[ref]))
+    ledger.finish_batch([], "d1", Completion(batch_id="b2", done=[], deferred=[ref]))
     taken = ledger.take_completions("d1")
     assert [c.batch_id for c in taken] == ["b1", "b2"]
     assert taken[1].deferred == [ref]
     assert ledger.take_completions("d1") == []
+    assert ledger.claim([("t", "r1")], "later", 1000) == [ClaimState.answered]
 
 
 def test_heartbeats_count_live_workers(stack: LocalStack) -> None:
@@ -86,8 +87,13 @@ def test_cancelled_requests_are_claimed_as_cancelled(stack: LocalStack) -> None:
 
 def test_running_batches_and_epoch(stack: LocalStack) -> None:
     ledger = make_ledger(stack)
-    ledger.start_batch("b1", "w1")
+    assert ledger.claim([("t", "r")], "b1", 1000, worker_id="w1") == [ClaimState.fresh]
     assert ledger.runners(["b1", "b2"]) == ["w1", None]
+    assert ledger.begin_send([("t", "r")], "b1", 5000) == [False]
+    assert ledger.holders([("t", "r")]) == ["sending:b1"]
+    assert ledger.claim([("t", "r")], "b2", 1000) == [ClaimState.busy]
+    ledger.cancel("t", "r")
+    assert ledger.begin_send([("t", "r")], "b1", 5000) == [True]
     ledger.end_batch("b1")
     assert ledger.runners(["b1"]) == [None]
     first = ledger.epoch("e1")
