@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from kafka import ConsumerRebalanceListener
+from kafka import ConsumerRebalanceListener, KafkaConsumer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from kombu.exceptions import OperationalError
@@ -44,6 +44,9 @@ RequestKey = tuple[str, str]  # (tenant, request_id)
 BEATS_BEFORE_DEAD = 3
 LEASE_HARD_FACTOR = 3  # a live worker may hold a batch this many leases before it is resent
 REPLY_SCAN_IDLE_S = 0.5
+REJOIN_AFTER_S = 20.0
+STATE_LOG_INTERVAL_S = 10.0
+GAP_RETRIES = 50
 HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
 CONTROL_INTERVAL_S = 0.05
 CANCELLED_REMEMBERED = 100_000
@@ -151,10 +154,20 @@ class Dispatcher:
         )
         self.health = {b: BucketHealth(policy, clock) for b in settings.buckets}
         self.control = ControlReader(settings)
-        self.consumer = connections.consumer(
-            settings, group_id=f"{settings.topic_prefix}.dispatcher", max_poll_records=500
+        self._state_logged = clock()
+        self._gap_retries: dict[TopicPartition, int] = {}
+        self._assignment_checked = clock()
+        self._unassigned_since: float | None = clock()
+        self.consumer = self._new_consumer()
+
+    def _new_consumer(self) -> KafkaConsumer:
+        consumer = connections.consumer(
+            self.settings,
+            group_id=f"{self.settings.topic_prefix}.dispatcher",
+            max_poll_records=500,
         )
-        self.consumer.subscribe(list(self.bucket_of_topic), listener=_Rebalance(self))
+        consumer.subscribe(list(self.bucket_of_topic), listener=_Rebalance(self))
+        return consumer
 
     # --- loop ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None) -> None:
@@ -177,12 +190,15 @@ class Dispatcher:
             self._fetch_wait_ms = wait_ms
         polled = self.consumer.poll(timeout_ms=self._poll_timeout_ms())
         now = time.time()
-        for records in polled.values():
+        for tp, records in polled.items():
+            if self._skipped_records(tp, records):
+                continue
             for record in records:
                 self._on_record(record, now)
         self._guarded(self._read_control)
         self._guarded(self._drain_completions)
         self._guarded(self._housekeeping)
+        self._check_assignment()
         self._check_leases()
         self._flush_due()
         if self._answered_now:
@@ -232,6 +248,37 @@ class Dispatcher:
             log.warning("Redis unreachable (%s); batches wait until it is back", exc)
 
     # --- records in ---------------------------------------------------------------------------
+    def _skipped_records(self, tp: TopicPartition, records: list[ConsumerRecord]) -> bool:
+        """Request topics are neither compacted nor transactional, so their offsets are
+        contiguous: a fetch that starts past the next expected offset skipped records (seen
+        as a risk with a broker recovering its storage). Committing the low-watermark past
+        them would lose them; read from the expected offset again instead."""
+        expected = self.tracker.expected((tp.topic, tp.partition))
+        if expected is None or not records or records[0].offset <= expected:
+            self._gap_retries.pop(tp, None)
+            return False
+        tries = self._gap_retries[tp] = self._gap_retries.get(tp, 0) + 1
+        if tries > GAP_RETRIES:
+            log.error(
+                "%s:%d: offsets %d..%d never came back; going on without them",
+                tp.topic,
+                tp.partition,
+                expected,
+                records[0].offset - 1,
+            )
+            self._gap_retries.pop(tp, None)
+            return False
+        log.warning(
+            "%s:%d: fetch jumped from offset %d to %d; reading again (try %d)",
+            tp.topic,
+            tp.partition,
+            expected,
+            records[0].offset,
+            tries,
+        )
+        self.consumer.seek(tp, expected)
+        return True
+
     def _on_record(self, record: ConsumerRecord, now: float) -> None:
         ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
         self.tracker.track((ref.topic, ref.partition), ref.offset)
@@ -454,6 +501,7 @@ class Dispatcher:
         self._live_checked = now
         self._check_epoch()
         self._state_ok()
+        self._log_state(now)
         self._live = self.ledger.live_workers(
             self.settings.buckets, BEATS_BEFORE_DEAD * self.settings.worker_heartbeat_s
         )
@@ -471,6 +519,52 @@ class Dispatcher:
             del self.in_flight[batch_id]
             log.warning("worker %s died computing batch %s", flight.runner, batch_id)
             self._recover_dead_attempt(batch_id, flight)
+
+    def _check_assignment(self) -> None:
+        """A consumer left without partitions for REJOIN_AFTER_S (seen after tansu lost its
+        S3 store for a while: the group forgot the member and the member never rejoined) is
+        replaced by a fresh one, which joins the group again."""
+        now = self.clock()
+        if now - self._assignment_checked < 1.0:
+            return
+        self._assignment_checked = now
+        if self.consumer.assignment():
+            self._unassigned_since = None
+            return
+        if self._unassigned_since is None:
+            self._unassigned_since = now
+            return
+        if now - self._unassigned_since < REJOIN_AFTER_S:
+            return
+        log.warning(
+            "no partitions for %.0fs; joining the group again", now - self._unassigned_since
+        )
+        self.forget_partitions(self.tracker.partitions())
+        try:
+            self.consumer.close(autocommit=False)
+        except Exception:
+            log.warning("closing the stuck consumer failed", exc_info=True)
+        self.paused.clear()
+        self._fetch_wait_ms = self.settings.kafka_fetch_wait_busy_ms
+        self.consumer = self._new_consumer()
+        self._unassigned_since = now
+
+    def _log_state(self, now: float) -> None:
+        """Every STATE_LOG_INTERVAL_S while anything is unanswered: what it waits on."""
+        if now - self._state_logged < STATE_LOG_INTERVAL_S or not self.waiting:
+            return
+        self._state_logged = now
+        log.info(
+            "unanswered %d (tracked offsets %d): open %d, ready %d batches, in flight %d "
+            "batches (%s), paused buckets %s",
+            len(self.waiting),
+            self.tracker.pending_count(),
+            sum(len(b) for b in self.batchers.values()),
+            sum(len(q) for q in self.ready.values()),
+            len(self.in_flight),
+            dict(+self.in_flight_count),
+            sorted(self.paused),
+        )
 
     def _all_live(self) -> set[str]:
         return set().union(*self._live.values())

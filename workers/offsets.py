@@ -58,6 +58,14 @@ class OffsetTracker:
             if state is not None and (state.committed is None or offset > state.committed):
                 state.committed = offset
 
+    def expected(self, partition: Partition) -> int | None:
+        """The next offset this partition should deliver (None before its first record)."""
+        state = self._parts.get(partition)
+        return state.next_offset if state is not None else None
+
+    def partitions(self) -> list[Partition]:
+        return list(self._parts)
+
     def forget(self, partitions: list[Partition]) -> None:
         for partition in partitions:
             self._parts.pop(partition, None)
