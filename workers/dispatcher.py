@@ -490,7 +490,9 @@ class Dispatcher:
                 continue
             del self.in_flight[batch_id]
             log.warning("batch %s ran past its lease (runner %s)", batch_id, flight.runner)
-            self._redeliver(flight)
+            # never started: its copy sat in a queue or was lost with a worker that died
+            # before claiming it; that says nothing about its requests, so it is not counted
+            self._redeliver(flight, counted=flight.runner is not None)
 
     def _housekeeping(self) -> None:
         """Once a second: worker heartbeats, batches whose worker died, Redis data loss."""
@@ -601,16 +603,20 @@ class Dispatcher:
         log.info("reply scan: %d of %d requests already answered", len(found), len(pendings))
         return found
 
-    def _redeliver(self, flight: InFlight) -> None:
+    def _redeliver(self, flight: InFlight, counted: bool = True) -> None:
         """Send a crashed or late batch's unanswered requests again, split in halves so a
         request that kills its batch ends up alone; failing alone ``max_attempts`` times, it
-        is dead-lettered with ``redelivery_exhausted``."""
+        is dead-lettered with ``redelivery_exhausted``. ``counted``: the attempt failed while
+        a worker computed it (else it is sent again as it was, with no failure counted)."""
         self._uncount(flight)
         alive = flight.alive_items(self.owner_of)
         if not alive:
             return
         self.stats.redispatched += 1
         metrics.REDISPATCHED.inc()
+        if not counted:
+            self.ready[flight.bucket].appendleft(alive)
+            return
         for p in alive:
             p.failures += 1
         if len(alive) == 1:
