@@ -25,6 +25,16 @@ from tests.faults.harness import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
+# Both tests run in CI and record their row in the fault table, but a miss does not fail it:
+# tansu on S3 storage has lost acknowledged writes across these faults. In a CI run the
+# broker restart lost the replies of one batch (bucket 64, request offsets 470-511, contiguous:
+# the requests are on their topic, no reply is), and an S3 outage lost 47 the same way.
+TANSU_LOSES_ACKED_WRITES = pytest.mark.xfail(
+    strict=False,
+    reason="tansu (S3 storage) can lose an acknowledged produce across a restart or an S3 "
+    "outage; see README 'Faults'",
+)
+
 DURABLE_BROKER = "127.0.0.1:19093"  # beside the suite's in-memory one on 19092
 
 
@@ -63,6 +73,7 @@ def run_with_fault(name: str, prefix: str, seed: int, inject: object) -> None:
     assert all(r is not None and r.result is not None for r in replies), outcome.errors
 
 
+@TANSU_LOSES_ACKED_WRITES
 def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
     def restart() -> None:
         durable_broker.stop_service("kafka")
@@ -71,6 +82,7 @@ def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
     run_with_fault("restart the broker (S3 storage)", unique_prefix("broker"), 8, restart)
 
 
+@TANSU_LOSES_ACKED_WRITES
 def test_s3_stopped_for_10_s_mid_run(stack: LocalStack, durable_broker: LocalStack) -> None:
     def outage() -> None:
         stack.stop_service("s3")
