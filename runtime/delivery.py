@@ -70,11 +70,18 @@ class ReliableProducer:
                 self.send(s.topic, s.value, s.key)
 
     def _replace(self) -> None:
+        """A fresh producer first (creating one fails while the broker is unreachable: then
+        keep the old one and try again on the next round), then close the failed one."""
         try:
-            self.producer.close(timeout=0)
+            fresh = self._factory()
+        except Exception as exc:
+            log.warning("no fresh producer yet (%r); keeping the old one", exc)
+            return
+        old, self.producer = self.producer, fresh
+        try:
+            old.close(timeout=0)
         except Exception:  # a producer in a fatal state may fail to close; it is dropped anyway
             log.debug("closing the failed producer", exc_info=True)
-        self.producer = self._factory()
         self.replaced += 1
 
     def close(self, timeout_s: float = 5) -> None:
