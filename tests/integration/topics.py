@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.structs import TopicPartition
 
-from runtime import connections
+from consumers.topic_reader import records_from_start
 from runtime.settings import Settings
 
 
-def read_topic(settings: Settings, topic: str, idle_s: float = 1.5) -> list[ConsumerRecord]:
-    consumer = connections.consumer(settings, group_id=None)
-    try:
-        parts = consumer.partitions_for_topic(topic) or {0}
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        records: list[ConsumerRecord] = []
-        last = time.monotonic()
-        while time.monotonic() - last < idle_s:
-            for batch in consumer.poll(timeout_ms=200).values():
-                records.extend(batch)
-                last = time.monotonic()
-        return records
-    finally:
-        consumer.close()
+def read_topic(settings: Settings, topic: str) -> list[ConsumerRecord]:
+    return list(records_from_start(settings, topic))
