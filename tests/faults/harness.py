@@ -9,7 +9,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from producers.client import Client, Submission
 from runtime.processes import Pipeline
 from runtime.settings import Settings
 from schemas.messages import Reply
+from tests.conftest import pipeline_env
 from tests.integration.topics import read_topic
 
 FAULT_REQUESTS = int(os.environ.get("HEADRACE_FAULT_REQUESTS", "2000"))
@@ -40,6 +41,8 @@ class Outcome:
     lost: int
     recovery_s: float
     errors: dict[str, int] = field(default_factory=dict)
+    # requests whose reply the client never saw (lost on the topic, or a short read of it)
+    client_missing: int = 0
 
     def record(self) -> None:
         REPORT.parent.mkdir(parents=True, exist_ok=True)
@@ -97,9 +100,15 @@ class Run:
 
 
 def count_on_topic(
-    settings: Settings, topic: str, ids: set[str], fault: str, recovery_s: float
+    settings: Settings,
+    topic: str,
+    ids: set[str],
+    fault: str,
+    recovery_s: float,
+    replies: Sequence[Reply | None] = (),
 ) -> Outcome:
-    """Count the replies the topic really holds for ``ids``."""
+    """Count the replies the topic really holds for ``ids`` (``replies``: what the client
+    received, None where nothing came)."""
     time.sleep(1.0)  # anything late would land now
     counts: collections.Counter[str] = collections.Counter()
     errors: collections.Counter[str] = collections.Counter()
@@ -117,9 +126,20 @@ def count_on_topic(
         lost=len(ids - set(counts)),
         recovery_s=round(recovery_s, 2),
         errors=dict(errors),
+        client_missing=sum(1 for r in replies if r is None),
     )
     outcome.record()
     return outcome
+
+
+def print_log_tails(pipeline: Pipeline, lines: int = 40) -> None:
+    """The end of each process's log, shown by pytest with a failing test's output."""
+    for proc in [pipeline.dispatcher, *pipeline.workers]:
+        text = (
+            proc.log_path.read_text(errors="replace").splitlines() if proc.log_path.exists() else []
+        )
+        print(f"--- {proc.name}: last {lines} lines of {proc.log_path}")
+        print("\n".join(text[-lines:]))
 
 
 def assert_serves(client: Client, pipeline: Pipeline, timeout_s: float = 30) -> None:
@@ -128,3 +148,54 @@ def assert_serves(client: Client, pipeline: Pipeline, timeout_s: float = 30) -> 
     assert not dead, f"processes died: {dead}"
     reply = client.submit("still serving after the fault?").result(timeout_s)
     assert reply.result is not None, reply.error
+
+
+def run_with_fault(
+    name: str,
+    prefix: str,
+    inject: Callable[[Pipeline], object],
+    recover: Callable[[Pipeline], object] | None = None,
+    *,
+    seed: int = 5,
+    worker_buckets: list[str] | None = None,
+    broker: str | None = None,
+    mid_run: bool = True,
+    **env: str,
+) -> Outcome:
+    """Submit FAULT_REQUESTS requests, ``inject`` the fault once a fifth is answered and
+    ``recover`` from it (a supervisor's restart), then check every request got its result,
+    exactly once on the reply topic, and that the pipeline still serves. ``broker``: another
+    bootstrap than the stack's, for pipeline and client; ``env``: more pipeline settings;
+    ``mid_run``: the fault must land before the last reply, or the run proves nothing."""
+    settings = Settings(topic_prefix=prefix)
+    if broker is not None:
+        settings = Settings(topic_prefix=prefix, kafka_bootstrap=broker)
+        env = {**env, "HEADRACE_KAFKA_BOOTSTRAP": broker}
+    penv = pipeline_env(prefix, **{**FAST_FAULTS, **env})
+    with (
+        Pipeline(env=penv, worker_buckets=worker_buckets) as pipeline,
+        Client(settings, tenant="faults") as client,
+    ):
+        run = Run(client, fault_texts(seed=seed))
+        run.wait_for(FAULT_REQUESTS // 5)
+        fault_at = time.monotonic()
+        inject(pipeline)
+        if mid_run:
+            assert run.answered() < FAULT_REQUESTS, "the fault came too late to prove anything"
+        if recover is not None:
+            recover(pipeline)
+        replies = run.replies()
+        outcome = count_on_topic(
+            settings,
+            client.reply_topic,
+            {s.request.request_id for s in run.submissions},
+            name,
+            run.recovery_s(fault_at),
+            replies,
+        )
+        if outcome.lost or outcome.duplicates:
+            print_log_tails(pipeline)
+        assert_serves(client, pipeline)
+    assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
+    assert all(r is not None and r.result is not None for r in replies), outcome.errors
+    return outcome

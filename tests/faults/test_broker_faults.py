@@ -9,19 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from producers.client import Client
 from runtime.localstack import LocalStack
 from runtime.processes import Pipeline
 from runtime.settings import Settings
-from tests.conftest import pipeline_env, unique_prefix
-from tests.faults.harness import (
-    FAST_FAULTS,
-    FAULT_REQUESTS,
-    Run,
-    assert_serves,
-    count_on_topic,
-    fault_texts,
-)
+from tests.conftest import unique_prefix
+from tests.faults.harness import run_with_fault
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -51,42 +43,34 @@ def durable_broker(
     broker.down()
 
 
-def run_with_fault(name: str, prefix: str, seed: int, inject: object) -> None:
-    settings = Settings(topic_prefix=prefix, kafka_bootstrap=DURABLE_BROKER)
-    env = pipeline_env(prefix, HEADRACE_KAFKA_BOOTSTRAP=DURABLE_BROKER, **FAST_FAULTS)
-    with Pipeline(env=env) as pipeline, Client(settings, tenant="faults") as client:
-        run = Run(client, fault_texts(seed=seed))
-        run.wait_for(FAULT_REQUESTS // 5)
-        fault_at = time.monotonic()
-        assert callable(inject)
-        inject()
-        replies = run.replies()
-        outcome = count_on_topic(
-            settings,
-            client.reply_topic,
-            {s.request.request_id for s in run.submissions},
-            name,
-            run.recovery_s(fault_at),
-        )
-        assert_serves(client, pipeline)
-    assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
-    assert all(r is not None and r.result is not None for r in replies), outcome.errors
-
-
 @TANSU_LOSES_ACKED_WRITES
 def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
-    def restart() -> None:
+    def restart(_: Pipeline) -> None:
         durable_broker.stop_service("kafka")
         durable_broker.up(only=("kafka",))
 
-    run_with_fault("restart the broker (S3 storage)", unique_prefix("broker"), 8, restart)
+    run_with_fault(
+        "restart the broker (S3 storage)",
+        unique_prefix("broker"),
+        restart,
+        seed=8,
+        broker=DURABLE_BROKER,
+        mid_run=False,
+    )
 
 
 @TANSU_LOSES_ACKED_WRITES
 def test_s3_stopped_for_10_s_mid_run(stack: LocalStack, durable_broker: LocalStack) -> None:
-    def outage() -> None:
+    def outage(_: Pipeline) -> None:
         stack.stop_service("s3")
         time.sleep(10)
         stack.up(only=("s3",))
 
-    run_with_fault("stop S3 for 10 s (broker's store)", unique_prefix("s3-outage"), 9, outage)
+    run_with_fault(
+        "stop S3 for 10 s (broker's store)",
+        unique_prefix("s3-outage"),
+        outage,
+        seed=9,
+        broker=DURABLE_BROKER,
+        mid_run=False,
+    )

@@ -30,6 +30,7 @@ from tests.faults.harness import (
     assert_serves,
     count_on_topic,
     fault_texts,
+    print_log_tails,
 )
 from tests.integration.topics import read_topic
 
@@ -94,8 +95,15 @@ def test_poison_flood(stack: LocalStack) -> None:
         replies = run.replies()
         ids = {s.request.request_id for s in run.submissions}
         outcome = count_on_topic(
-            settings, client.reply_topic, ids, "flood of poison records", run.recovery_s(fault_at)
+            settings,
+            client.reply_topic,
+            ids,
+            "flood of poison records",
+            run.recovery_s(fault_at),
+            replies,
         )
+        if outcome.lost or outcome.duplicates:
+            print_log_tails(pipeline)
         assert_serves(client, pipeline)
         letters = [
             DeadLetter.model_validate_json(r.value)
