@@ -9,6 +9,11 @@ Requests are checked before they are sent (empty, unknown model, too long withou
 ``truncate=True``), counted with the model's tokenizer, and produced to the topic of their
 length bucket with key = request_id. Replies arrive on the client's reply topic.
 
+With ``cache_enabled`` a request is first looked up in the result cache (L1 in this process,
+L2 Redis, L3 S3): a hit is answered at once (``reply.cache_tier`` says which tier) and never
+reaches a request topic; a miss asks the worker to write its result through, with the
+request's ``tags`` and ``cache_class``.
+
 At most ``client_max_pending`` requests await replies at once; past that ``send`` blocks up to
 ``client_block_timeout_s`` or raises ``BackpressureError`` at once (``client_on_full``).
 """
@@ -26,6 +31,8 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
+from cache.requests import request_key, request_scopes
+from cache.store import open_cache
 from consumers.replies import ReplyListener
 from producers.tokens import count_tokens
 from runtime import connections
@@ -37,11 +44,12 @@ from schemas.errors import (
     BackpressureError,
     EmptyInputError,
     InputTooLongError,
+    InvalidRequestError,
     ReplyTimeoutError,
     RequestFailedError,
     RequestTooLargeError,
 )
-from schemas.messages import Control, EmbedParams, Reply, Request
+from schemas.messages import CacheDirective, Control, EmbedParams, Reply, Request
 from schemas.topics import Topics
 
 # Envelope bytes a request's JSON adds to its text (ids, topic, times), generously rounded up.
@@ -86,6 +94,7 @@ class Client:
             lambda: connections.producer(self.settings), self.settings.reply_delivery_timeout_s
         )
         self._listener = ReplyListener(self.settings, self.reply_topic).start()
+        self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
 
     # --- building requests ---------------------------------------------------------------------
     def prepare(
@@ -97,6 +106,8 @@ class Client:
         truncate: bool = False,
         normalize: bool = True,
         timeout_s: float | None = None,
+        tags: Sequence[str] = (),
+        cache_class: str = "default",
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
         ``InvalidRequestError`` subclass naming the first bad text."""
@@ -112,6 +123,14 @@ class Client:
         now = datetime.now(UTC)
         deadline = now + timedelta(seconds=timeout_s) if timeout_s is not None else None
         params = EmbedParams(truncate=truncate, normalize=normalize)
+        directive = None
+        if self.cache is not None:
+            if cache_class not in self.settings.cache_classes:
+                raise InvalidRequestError(
+                    f"unknown cache class {cache_class!r}; known: "
+                    + ", ".join(sorted(self.settings.cache_classes))
+                )
+            directive = CacheDirective(entry_class=cache_class, tags=list(tags))
         out = []
         for i, (text, tokens) in enumerate(zip(texts, counts, strict=True)):
             if tokens > limit:
@@ -131,6 +150,7 @@ class Client:
                 deadline=deadline,
                 created_at=now,
                 token_count=tokens,
+                cache=directive,
             )
             # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
             if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
@@ -145,7 +165,28 @@ class Client:
 
     # --- sending ---------------------------------------------------------------------------------
     def send(self, request: Request, bucket: int) -> Submission:
-        """Produce a prepared request (no checks) and return its submission."""
+        """Produce a prepared request (no checks) and return its submission; a cache hit is
+        answered at once and not produced."""
+        if self.cache is not None and request.cache is not None:
+            version = model_spec(request.model).version
+            hit = self.cache.get(request_key(request, version))
+            if hit is not None:
+                answered: Future[Reply] = Future()
+                answered.set_result(
+                    Reply(
+                        request_id=request.request_id,
+                        tenant=request.tenant,
+                        model=request.model,
+                        result=hit.entry.result,
+                        cache_tier=hit.tier,
+                    )
+                )
+                return Submission(request=request, bucket=bucket, future=answered)
+            generations = self.cache.generations(request_scopes(request, version))
+            directive = None
+            if generations is not None:  # else Redis is away: the result is not written
+                directive = request.cache.model_copy(update={"generations": generations})
+            request = request.model_copy(update={"cache": directive})
         self._take_slot()
         future = self._listener.expect(request.tenant, request.request_id)
         future.add_done_callback(lambda _: self._slots.release())
@@ -225,6 +266,8 @@ class Client:
     def close(self) -> None:
         self._producer.close()
         self._listener.close()
+        if self.cache is not None:
+            self.cache.close()
 
     def __enter__(self) -> Client:
         return self

@@ -18,8 +18,10 @@ from runtime.settings import Settings
 app = typer.Typer(help="headrace: a length-bucketed inference pipeline.", no_args_is_help=True)
 dev = typer.Typer(help="The embedded local stack (S3, Kafka-protocol broker, Redis).")
 schema = typer.Typer(help="Wire contracts.")
+cache = typer.Typer(help="The tiered result cache.")
 app.add_typer(dev, name="dev")
 app.add_typer(schema, name="schema")
+app.add_typer(cache, name="cache")
 console = Console()
 
 
@@ -99,6 +101,72 @@ def worker(
     except WarmUpFailed as exc:
         console.print(f"[red]worker not ready:[/red] {exc}")
         raise typer.Exit(3) from exc
+
+
+@app.command()
+def invalidator(log_level: str = "INFO") -> None:
+    """Run the invalidation consumer: upstream events and <prefix>.invalidate -> evictions."""
+    from consumers.invalidation import Invalidator
+
+    _logging(log_level)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    Invalidator(Settings()).run(stop)
+
+
+@cache.command("stats")
+def cache_stats() -> None:
+    """Entries in L2 and L3, and the counters the cache keeps in Redis."""
+    from cache.store import open_cache
+
+    store = open_cache(Settings(), l1=False)
+    table = Table("figure", "value")
+    table.add_row("L2 entries (Redis)", str(store.l2.entry_count()))
+    if store.l3 is not None:
+        objects, size = store.l3.usage()
+        table.add_row("L3 objects (S3)", str(objects))
+        table.add_row("L3 bytes (zstd)", str(size))
+    for name, value in store.l2.stats().items():
+        table.add_row(name, str(value))
+    console.print(table)
+
+
+@cache.command("invalidate")
+def cache_invalidate(
+    tenant: str = typer.Option(None, help="the tenant whose entries to invalidate"),
+    tag: list[str] = typer.Option([], help="a tag of that tenant (repeatable)"),
+    key: list[str] = typer.Option([], help="an entry key of that tenant (repeatable)"),
+    all_of_tenant: bool = typer.Option(False, help="every entry of the tenant"),
+    model: str = typer.Option(None, help="with --model-version: every entry of that version"),
+    model_version: str = typer.Option(None),
+) -> None:
+    """Send an invalidation to <prefix>.invalidate (applied by `headrace invalidator`)."""
+    from pydantic import ValidationError
+
+    from runtime import connections
+    from schemas.cache import Invalidation
+    from schemas.topics import Topics
+
+    try:
+        record = Invalidation(
+            tenant=tenant,
+            tags=tag,
+            keys=key,
+            all_of_tenant=all_of_tenant,
+            model=model,
+            model_version=model_version,
+        )
+    except ValidationError as exc:
+        console.print(f"[red]invalid invalidation:[/red] {exc.errors()[0]['msg']}")
+        raise typer.Exit(2) from exc
+    settings = Settings()
+    topic = Topics(settings.topic_prefix).invalidate
+    connections.ensure_topics(settings, [topic], partitions=1)
+    producer = connections.producer(settings)
+    producer.send(topic, record.model_dump_json().encode()).get(timeout=30)
+    producer.close()
+    console.print(f"sent to {topic}: {record.model_dump_json(exclude_defaults=True)}")
 
 
 @app.command()

@@ -7,7 +7,9 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import boto3
 import redis
+from botocore.config import Config as BotoConfig
 from celery import Celery
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -85,12 +87,32 @@ def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | No
         admin.close()
 
 
-def redis_client(settings: Settings) -> redis.Redis:
+# SeaweedFS started without an IAM config accepts any key pair; these are labels, not secrets
+# (production sets s3_access_key_id and s3_secret_access_key).
+LOCAL_S3_KEY_ID = "headrace-local"
+LOCAL_S3_SECRET = "headrace-local"
+
+
+def s3_client(settings: Settings, read_timeout_s: float = 5) -> Any:
+    secret = settings.s3_secret_access_key
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint_url,
+        aws_access_key_id=settings.s3_access_key_id or LOCAL_S3_KEY_ID,
+        aws_secret_access_key=secret.get_secret_value() if secret else LOCAL_S3_SECRET,
+        region_name=settings.s3_region,
+        config=BotoConfig(
+            connect_timeout=1, read_timeout=read_timeout_s, retries={"max_attempts": 1}
+        ),
+    )
+
+
+def redis_client(settings: Settings, timeout_s: float = 5) -> redis.Redis:
     return redis.Redis.from_url(
         settings.redis_url,
         password=settings.redis_password_value(),
-        socket_timeout=5,
-        socket_connect_timeout=2,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=min(2, timeout_s),
         health_check_interval=10,
     )
 

@@ -21,16 +21,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import redis
-from botocore.config import Config as BotoConfig
 
+from runtime.connections import LOCAL_S3_KEY_ID, LOCAL_S3_SECRET, s3_client
 from runtime.settings import Settings
 
 BROKER_BUCKET = "tansu"
-# SeaweedFS started without an IAM config accepts any key pair; these are labels, not secrets.
-LOCAL_S3_KEY_ID = "headrace-local"
-LOCAL_S3_SECRET = "headrace-local"
+
 # Ports SeaweedFS needs besides S3, placed away from its defaults (9333/8080/8888, +10000 gRPC).
 WEED_MASTER_PORT = 19433
 WEED_VOLUME_PORT = 18480
@@ -257,14 +254,7 @@ class LocalStack:
         return service
 
     def s3_client(self) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.settings.s3_endpoint_url,
-            aws_access_key_id=self._s3_key_id(),
-            aws_secret_access_key=self._s3_secret(),
-            region_name=self.settings.s3_region,
-            config=BotoConfig(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1}),
-        )
+        return s3_client(self.settings)
 
     def _s3_key_id(self) -> str:
         return self.settings.s3_access_key_id or LOCAL_S3_KEY_ID

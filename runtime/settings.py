@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from cache.entry import DEFAULT_CLASSES, ExpiryPolicy
+from cache.rules import TagRule
 from schemas.buckets import DEFAULT_BUCKETS, validate_boundaries
 
 
@@ -112,6 +114,19 @@ class Settings(BaseSettings):
     # How long a worker waits for its replies to be acknowledged by the broker (it keeps its
     # claims meanwhile, so a broker restart delays replies instead of duplicating them).
     reply_delivery_timeout_s: float = Field(default=120.0, gt=0)
+
+    # --- result cache ------------------------------------------------------------------------
+    # Clients read the cache (L1 here, L2 Redis, L3 S3) before sending a request, and their
+    # requests ask workers to write results through. Off by default: a hit never reaches the
+    # request topics, which a user counting replies there should choose knowingly.
+    cache_enabled: bool = False
+    cache_l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)  # per process; 0: no L1
+    cache_s3_bucket: str = "headrace-cache"  # L3; "" turns L3 off
+    cache_timeout_s: float = Field(default=0.5, gt=0)  # a tier slower than this is skipped
+    # Expiry per entry class (a request names its class; "default" otherwise).
+    cache_classes: dict[str, ExpiryPolicy] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
+    # Events on upstream topics that invalidate tags (read by `headrace invalidator`).
+    cache_tag_rules: list[TagRule] = Field(default_factory=list)
 
     # --- fault injection (tests and drills only; never set in production) --------------------
     # An input containing fault_poison_marker makes the model raise; one containing

@@ -7,12 +7,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from schemas.cache import Invalidation
 from schemas.messages import DeadLetter, Reply, Request
 
 PUBLIC_MESSAGES: dict[str, type[BaseModel]] = {
     "request": Request,
     "reply": Reply,
     "dead-letter": DeadLetter,
+    "invalidation": Invalidation,
 }
 
 

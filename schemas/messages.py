@@ -21,6 +21,10 @@ Identifier = Annotated[
 ]
 
 
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
+CacheTier = Literal["l1", "l2", "l3"]
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -38,6 +42,17 @@ class EmbedParams(_Message):
     normalize: bool = True  # L2-normalise the pooled embedding
 
 
+class CacheDirective(_Message):
+    """Carried by a request whose client reads the cache: the worker writes its result
+    through, under ``entry_class``'s expiry, tagged with ``tags`` (scoped to the request's
+    tenant), unless one of its scopes was invalidated since ``generations`` was read when the
+    request was submitted."""
+
+    entry_class: Identifier = "default"
+    tags: list[Tag] = Field(default_factory=list, max_length=64)
+    generations: dict[str, int] = Field(default_factory=dict)
+
+
 class Request(_Message):
     schema_version: Literal[1] = SCHEMA_VERSION
     request_id: Identifier
@@ -50,6 +65,7 @@ class Request(_Message):
     deadline: AwareDatetime | None = None
     created_at: AwareDatetime = Field(default_factory=utc_now)
     token_count: Annotated[int, Field(ge=0)] | None = None
+    cache: CacheDirective | None = None  # set by clients that read the result cache
 
 
 class Timings(_Message):
@@ -87,6 +103,7 @@ class Reply(_Message):
     error: ErrorInfo | None = None
     timings: Timings | None = None
     batch: BatchInfo | None = None
+    cache_tier: CacheTier | None = None  # served from the result cache, by this tier
     replied_at: AwareDatetime = Field(default_factory=utc_now)
 
     @model_validator(mode="after")

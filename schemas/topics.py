@@ -28,6 +28,11 @@ class Topics:
         """Cancellations (and later other control records) for this prefix."""
         return f"{self.prefix}.control"
 
+    @property
+    def invalidate(self) -> str:
+        """Explicit cache invalidations (schemas.cache.Invalidation)."""
+        return f"{self.prefix}.invalidate"
+
     def queue(self, bucket: int) -> str:
         """Celery queue (Redis list) that carries this bucket's batches."""
         return f"{self.prefix}.b{bucket}"

@@ -51,6 +51,8 @@ class BatchContext:
     sending_ms: int = 180_000  # ... and while its replies go out (up to the delivery timeout)
     clock: Callable[[], float] = time.time
     stats: dict[str, float] = field(default_factory=lambda: {"batches": 0, "replies": 0})
+    # called with the replies about to be sent (the cache's write-through)
+    before_delivery: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
@@ -80,6 +82,11 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         (item, _failure(item, CANCELLED) if late else reply)
         for (item, reply), late in zip(replies, cancelled, strict=True)
     ]
+    if ctx.before_delivery is not None:
+        try:
+            ctx.before_delivery(replies)
+        except Exception:  # the cache never fails a batch
+            log.exception("batch %s: before-delivery hook failed", batch.batch_id)
     for item, reply in replies:
         ctx.sink.send(item.request.reply_to, reply)
     ctx.sink.flush()

@@ -25,6 +25,8 @@ from celery import Task
 from celery.signals import worker_ready
 from kafka.errors import KafkaError
 
+from cache.store import open_cache
+from cache.writer import ResultWriter
 from runtime import connections
 from runtime.delivery import DeliveryError, ReliableProducer
 from runtime.models import model_spec
@@ -139,6 +141,11 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         worker_id=worker_id,
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
+        before_delivery=ResultWriter(
+            open_cache(settings, l1=False, background_l3=True),
+            settings,
+            model_spec(settings.model).version,
+        ),
     )
     app = connections.celery_app(settings)
 

@@ -83,7 +83,7 @@ def test_each_bucket_topic_holds_only_its_lengths(client: Client) -> None:
     seen = 0
     for lower, upper in zip([0, *bounds], bounds, strict=False):
         for record in read_topic(
-            client.settings, Topics(client.settings.topic_prefix).requests(upper), 0.5
+            client.settings, Topics(client.settings.topic_prefix).requests(upper)
         ):
             request = Request.model_validate_json(record.value)
             assert request.token_count is not None

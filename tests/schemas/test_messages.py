@@ -65,8 +65,29 @@ def test_reply_carries_exactly_one_of_result_and_error() -> None:
 
 def test_exported_json_schema_validates_what_pydantic_accepts(tmp_path: Path) -> None:
     paths = {p.name: p for p in export_schemas(tmp_path)}
-    assert set(paths) == {"request.v1.json", "reply.v1.json", "dead-letter.v1.json"}
+    assert set(paths) == {
+        "request.v1.json",
+        "reply.v1.json",
+        "dead-letter.v1.json",
+        "invalidation.v1.json",
+    }
     schema = json.loads(paths["request.v1.json"].read_text())
     jsonschema.validate(json.loads(request().model_dump_json()), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"request_id": "r"}, schema)
+
+
+def test_an_invalidation_says_what_it_invalidates() -> None:
+    from schemas.cache import Invalidation
+
+    assert Invalidation(tenant="acme", tags=["doc:1"]).tags == ["doc:1"]
+    assert Invalidation(model="m", model_version="v2").tenant is None
+    for bad in (
+        {"tags": ["doc:1"]},  # whose tag?
+        {"tenant": "acme"},  # nothing to do
+        {"model": "m"},  # which version?
+        {"tenant": "acme", "keys": ["not-a-sha256"]},
+        {"tenant": "acme", "tags": ["has space"]},
+    ):
+        with pytest.raises(ValidationError):
+            Invalidation.model_validate(bad)

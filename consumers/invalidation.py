@@ -1,0 +1,151 @@
+"""The invalidation consumer: turns events on upstream topics (through the tag rules in
+settings) and explicit records on ``<prefix>.invalidate`` into cache invalidations, applied
+to L2 and L3 and broadcast to every process's L1.
+
+Partitions are assigned, not balanced in a consumer group (tansu's group rebalancing is
+unreliable, see README), and offsets are committed under one group id after the records
+before them were applied. Applying is idempotent, so a record applied twice after a crash
+costs nothing but a few cache misses. An event no rule can read is counted and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+
+from kafka.consumer.fetcher import ConsumerRecord
+from kafka.structs import OffsetAndMetadata, TopicPartition
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge
+from pydantic import ValidationError
+
+from cache.keys import model_scope, tag_scope, tenant_scope
+from cache.rules import RuleMismatch, TagRule
+from cache.store import REDIS_ERRORS, TieredCache, open_cache
+from runtime import connections
+from runtime.settings import Settings
+from schemas.cache import Invalidation
+from schemas.topics import Topics
+
+log = logging.getLogger(__name__)
+
+APPLIED = PromCounter(
+    "headrace_cache_invalidations_total", "Invalidation records applied", ["source"]
+)
+SKIPPED = PromCounter(
+    "headrace_cache_invalidations_skipped_total", "Records no rule could read", ["reason"]
+)
+LAG = Gauge("headrace_cache_invalidation_lag_records", "Records not yet applied", ["topic"])
+RETRY_S = 0.5
+
+
+class Invalidator:
+    def __init__(self, settings: Settings, cache: TieredCache | None = None) -> None:
+        self.settings = settings
+        self.cache = cache or open_cache(settings, l1=False)
+        self.topic = Topics(settings.topic_prefix).invalidate
+        self.rules: dict[str, list[TagRule]] = {}
+        for rule in settings.cache_tag_rules:
+            self.rules.setdefault(rule.topic, []).append(rule)
+        topics = [self.topic, *self.rules]
+        connections.ensure_topics(settings, topics, partitions=1)
+        self._consumer = connections.consumer(
+            settings,
+            group_id=f"{settings.topic_prefix}.invalidator",
+            auto_offset_reset="earliest",  # never skip an invalidation
+            fetch_max_wait_ms=settings.kafka_fetch_wait_idle_ms,
+        )
+        self._partitions = [
+            TopicPartition(t, p)
+            for t in topics
+            for p in sorted(self._consumer.partitions_for_topic(t) or {0})
+        ]
+        self._consumer.assign(self._partitions)
+        self.counts: Counter[str] = Counter()
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("invalidator reading %s", sorted({tp.topic for tp in self._partitions}))
+        print("READY invalidator", flush=True)
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self._consumer.close(autocommit=False)
+
+    def step(self, timeout_ms: int = 100) -> int:
+        """Apply what arrived; returns how many records were applied."""
+        polled = self._consumer.poll(timeout_ms=timeout_ms)
+        applied = 0
+        for tp, records in polled.items():
+            for i, record in enumerate(records):
+                try:
+                    self._apply(record)
+                except REDIS_ERRORS as exc:  # the generations live there: wait for it
+                    log.warning("Redis unreachable (%s); invalidation waits", exc)
+                    self._consumer.seek(tp, record.offset)
+                    self._commit({tp: record.offset})
+                    time.sleep(RETRY_S)
+                    break
+                applied += 1
+                if i == len(records) - 1:
+                    self._commit({tp: record.offset + 1})
+        for tp in self._partitions:
+            high = self._consumer.highwater(tp)
+            if high is not None:
+                LAG.labels(tp.topic).set(max(0, high - self._consumer.position(tp)))
+        return applied
+
+    def _apply(self, record: ConsumerRecord) -> None:
+        if record.topic == self.topic:
+            try:
+                request = Invalidation.model_validate_json(record.value)
+            except ValidationError as exc:
+                self._skip("invalid_record", record, str(exc))
+                return
+            scopes = _scopes(request)
+            self.cache.invalidate(scopes, request.keys if request.tenant else [])
+            self._applied("explicit")
+            return
+        try:
+            event = json.loads(record.value)
+        except (ValueError, TypeError) as exc:
+            self._skip("invalid_json", record, str(exc))
+            return
+        scopes = []
+        for rule in self.rules.get(record.topic, []):
+            try:
+                tenant, tag = rule.apply(event)
+            except RuleMismatch as exc:
+                self._skip("rule_mismatch", record, str(exc))
+                continue
+            scopes.append(tag_scope(tenant, tag))
+        if scopes:
+            self.cache.invalidate(scopes)
+            self._applied(record.topic)
+
+    def _applied(self, source: str) -> None:
+        APPLIED.labels(source).inc()
+        self.counts["applied"] += 1
+        self.cache.l2.count("invalidations_applied")
+
+    def _skip(self, reason: str, record: ConsumerRecord, why: str) -> None:
+        SKIPPED.labels(reason).inc()
+        self.counts[reason] += 1
+        log.warning("%s@%d skipped (%s): %s", record.topic, record.offset, reason, why[:200])
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self._consumer.commit_async({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+
+
+def _scopes(request: Invalidation) -> list[str]:
+    scopes: list[str] = []
+    if request.tenant is not None:
+        scopes += [tag_scope(request.tenant, tag) for tag in request.tags]
+        if request.all_of_tenant:
+            scopes.append(tenant_scope(request.tenant))
+    if request.model is not None and request.model_version is not None:
+        scopes.append(model_scope(request.model, request.model_version))
+    return scopes

@@ -1,0 +1,155 @@
+"""The tiers together on a real Redis and SeaweedFS: hits and misses per tier, promotion,
+the stale-write race, tenant isolation, and each store being away."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+
+from cache.entry import CacheEntry, ExpiryPolicy
+from cache.keys import cache_key, entry_scopes
+from cache.store import TieredCache, open_cache
+from runtime.localstack import LocalStack
+from runtime.settings import Settings
+from schemas.messages import EmbeddingResult, EmbedParams
+
+TTL = ExpiryPolicy(mode="ttl", ttl_s=600)
+
+
+def free_port() -> int:
+    """A port nothing listens on (a store that is down)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def settings(**overrides: object) -> Settings:
+    return Settings(topic_prefix=f"t-cache-{uuid.uuid4().hex[:8]}", **overrides)  # type: ignore[arg-type]
+
+
+def make_entry(cache: TieredCache, tenant: str, text: str, tags: list[str] = ()) -> CacheEntry:  # type: ignore[assignment]
+    key = cache_key(tenant, "m", "v1", "embed", text, EmbedParams())
+    scopes = entry_scopes(tenant, "m", "v1", list(tags))
+    gens = cache.generations(scopes)
+    assert gens is not None
+    return CacheEntry.new(
+        key=key,
+        tenant=tenant,
+        model="m",
+        result=EmbeddingResult(embedding=[0.1, 0.2], token_count=2, truncated=False),
+        scopes=gens,
+        policy=TTL,
+        now=cache.clock(),
+    )
+
+
+def test_miss_then_l2_then_l1_and_l3_promotes_to_both(stack: LocalStack) -> None:
+    conf = settings()
+    writer, reader = open_cache(conf, l1=False), open_cache(conf)
+    entry = make_entry(writer, "acme", "a red bicycle")
+    assert reader.get(entry.key) is None
+    assert writer.put(entry)
+    first = reader.get(entry.key)
+    assert first is not None and first.tier == "l2" and first.entry.result == entry.result
+    again = reader.get(entry.key)
+    assert again is not None and again.tier == "l1"
+    # gone from L2 (evicted by Redis, say): L3 serves and promotes to L2 and L1
+    reader.l2.redis.delete(reader.l2._entry + entry.key)
+    other = open_cache(conf)
+    from_l3 = other.get(entry.key)
+    assert from_l3 is not None and from_l3.tier == "l3"
+    assert other.l2.get(entry.key) is not None
+    assert other.get(entry.key).tier == "l1"  # type: ignore[union-attr]
+    assert reader.counts["l2_hit"] == 1 and reader.counts["l1_hit"] == 1
+    assert reader.counts["miss"] == 1
+
+
+def test_a_result_for_a_request_older_than_an_invalidation_is_not_written(
+    stack: LocalStack,
+) -> None:
+    conf = settings()
+    cache = open_cache(conf)
+    # the request is submitted: its scopes' generations are read ...
+    entry = make_entry(cache, "acme", "stale?", tags=["doc:1"])
+    # ... an invalidation of one of its tags lands while it is computed ...
+    cache.invalidate(scopes=entry_scopes("acme", "m", "v1", ["doc:1"])[2:])
+    # ... and its result arrives: not written, in no tier
+    assert not cache.put(entry)
+    assert cache.counts["stale_write_refused"] == 1
+    assert cache.get(entry.key) is None
+    assert cache.l3 is not None and cache.l3.get(entry.key) is None
+    fresh = make_entry(cache, "acme", "stale?", tags=["doc:1"])  # submitted after it
+    assert cache.put(fresh)
+    assert cache.get(fresh.key) is not None
+
+
+def test_an_entry_written_before_an_invalidation_is_never_served(stack: LocalStack) -> None:
+    conf = settings()
+    cache = open_cache(conf)
+    entry = make_entry(cache, "acme", "doc text", tags=["doc:9"])
+    assert cache.put(entry)
+    assert cache.invalidate(scopes=["tenant/acme/tag/doc:9"]) == 1
+    assert cache.get(entry.key) is None
+    assert cache.l3 is not None and cache.l3.get(entry.key) is None
+    # the whole tenant: no index, the generation alone keeps it out of every tier
+    other = make_entry(cache, "acme", "another")
+    assert cache.put(other)
+    cache.invalidate(scopes=["tenant/acme"])
+    assert cache.l3.get(other.key) is not None  # the object is still there ...
+    assert cache.get(other.key) is None  # ... but refused in every tier (and deleted)
+    assert cache.l3.get(other.key) is None
+
+
+def test_tenants_never_share_an_entry(stack: LocalStack) -> None:
+    conf = settings()
+    cache = open_cache(conf)
+    acme = make_entry(cache, "acme", "same text")
+    assert cache.put(acme)
+    globex_key = cache_key("globex", "m", "v1", "embed", "same text", EmbedParams())
+    assert globex_key != acme.key and cache.get(globex_key) is None
+    cache.invalidate(scopes=["tenant/globex"])  # another tenant's invalidation: no effect
+    assert cache.get(acme.key) is not None
+
+
+def test_redis_down_l1_and_l3_still_serve_and_nothing_is_written(stack: LocalStack) -> None:
+    conf = settings()
+    up = open_cache(conf)
+    entry = make_entry(up, "acme", "served without redis")
+    assert up.put(entry)
+    down = open_cache(conf.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"}))
+    hit = down.get(entry.key)
+    assert hit is not None and hit.tier == "l3"
+    again = down.get(entry.key)
+    assert again is not None and again.tier == "l1"
+    assert down.generations(["tenant/acme"]) is None
+    assert not down.put(make_entry(up, "acme", "not written"))
+    assert down.counts["l2_unavailable"] >= 3
+
+
+def test_s3_down_l3_is_skipped_and_counted(stack: LocalStack) -> None:
+    conf = settings()
+    down = open_cache(
+        conf.model_copy(update={"s3_endpoint_url": f"http://127.0.0.1:{free_port()}"})
+    )
+    entry = make_entry(down, "acme", "no s3")
+    assert down.put(entry)  # L2 takes it; L3 is skipped
+    assert down.counts["l3_unavailable"] == 1
+    assert down.get("0" * 64) is None  # a miss goes down to L3, which is skipped
+    assert down.counts["l3_unavailable"] == 2
+    hit = down.get(entry.key)
+    assert hit is not None and hit.tier == "l2"
+
+
+def test_sliding_entries_in_redis_live_while_read(stack: LocalStack) -> None:
+    conf = settings()
+    cache = open_cache(conf, l1=False)
+    entry = make_entry(cache, "acme", "sliding")
+    entry = entry.model_copy(
+        update={"mode": "sliding", "ttl_s": 1.0, "expires_at": cache.clock() + 1}
+    )
+    assert cache.put(entry)
+    ttl_before = cache.l2.redis.pttl(cache.l2._entry + entry.key)
+    assert 0 < ttl_before <= 1000
+    cache.l2.redis.pexpire(cache.l2._entry + entry.key, 200)  # as if 0.8 s had passed
+    assert cache.l2.get(entry.key) is not None  # a hit ...
+    assert cache.l2.redis.pttl(cache.l2._entry + entry.key) > 800  # ... renews the full second

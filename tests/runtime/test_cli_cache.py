@@ -1,0 +1,68 @@
+"""`headrace cache invalidate` and `headrace cache stats` against the real stack, the
+invalidation applied by a running invalidator."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from typer.testing import CliRunner
+
+from cache.entry import CacheEntry, ExpiryPolicy
+from cache.keys import cache_key, entry_scopes
+from cache.store import open_cache
+from consumers.invalidation import Invalidator
+from runtime.cli import app
+from runtime.localstack import LocalStack
+from runtime.settings import Settings
+from schemas.messages import EmbeddingResult, EmbedParams
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_invalidate_by_tag_from_the_command_line(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = f"t-cli-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("HEADRACE_TOPIC_PREFIX", prefix)
+    settings = Settings()
+    cache = open_cache(settings, l1=False)
+    scopes = cache.generations(entry_scopes("acme", "m", "v1", ["doc:5"]))
+    assert scopes is not None
+    entry = CacheEntry.new(
+        key=cache_key("acme", "m", "v1", "embed", "cli text", EmbedParams()),
+        tenant="acme",
+        model="m",
+        result=EmbeddingResult(embedding=[0.3], token_count=1, truncated=False),
+        scopes=scopes,
+        policy=ExpiryPolicy(mode="tags"),
+        now=time.time(),
+    )
+    assert cache.put(entry)
+    runner = CliRunner()
+    stats = runner.invoke(app, ["cache", "stats"])
+    assert stats.exit_code == 0, stats.output
+    assert "L2 entries (Redis)" in stats.output and "L3 objects (S3)" in stats.output
+
+    bad = runner.invoke(app, ["cache", "invalidate", "--tag", "doc:5"])  # whose tag?
+    assert bad.exit_code == 2 and "need a tenant" in bad.output
+
+    invalidator = Invalidator(settings)
+    stop = threading.Event()
+    thread = threading.Thread(target=invalidator.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        sent = runner.invoke(app, ["cache", "invalidate", "--tenant", "acme", "--tag", "doc:5"])
+        assert sent.exit_code == 0, sent.output
+        deadline = time.monotonic() + 10
+        while cache.get(entry.key) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cache.get(entry.key) is None
+        assert invalidator.counts["applied"] == 1
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    after = runner.invoke(app, ["cache", "stats"])
+    assert "invalidations_applied" in after.output
