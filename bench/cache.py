@@ -89,10 +89,11 @@ def main(l1: int = 20_000, l2: int = 2_000, l3: int = 200, events: int = 100) ->
         stdout=subprocess.PIPE,
         text=True,
     )
+    cache = open_cache(settings)
     try:
         assert invalidator.stdout is not None
         assert invalidator.stdout.readline().startswith("READY"), "invalidator did not start"
-        cache = open_cache(settings).listen()
+        cache.listen()
         entry = an_entry(cache, "a sentence for the benchmark", "product:0")
         assert cache.put(entry)
         cache.get(entry.key)  # into L1
@@ -125,6 +126,7 @@ def main(l1: int = 20_000, l2: int = 2_000, l3: int = 200, events: int = 100) ->
             assert no_l1.l2.get(doomed.key) is None
         producer.close()
     finally:
+        cache.close()
         invalidator.terminate()
         invalidator.wait(10)
         if started:
