@@ -114,7 +114,7 @@ def test_poison_flood(stack: LocalStack) -> None:
             for r in read_topic(settings, client.reply_topic)
             if json.loads(r.value)["request_id"].startswith("bad-")
         )
-    assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
+    outcome.assert_clean()
     for i, reply in enumerate(replies):
         assert reply is not None
         if i in poisoned:
@@ -174,6 +174,6 @@ def test_worker_killing_input_is_isolated_and_dead_lettered(stack: LocalStack) -
     crasher = replies[7]
     assert crasher.error is not None and crasher.error.code is ErrorCode.redelivery_exhausted
     assert all(r.result is not None for i, r in enumerate(replies) if i != 7)
-    assert (outcome.lost, outcome.duplicates) == (0, 0), outcome
+    outcome.assert_clean()
     assert [Request.model_validate_json(letter.original).input for letter in letters] == [texts[7]]
     assert sum(restarts.values()) >= settings.max_attempts  # it did crash that many times
