@@ -16,12 +16,19 @@ request's ``tags`` and ``cache_class``.
 
 At most ``client_max_pending`` requests await replies at once; past that ``send`` blocks up to
 ``client_block_timeout_s`` or raises ``BackpressureError`` at once (``client_on_full``).
+
+A request still unanswered after ``client_resend_after_s`` is produced again, with the same
+request_id, to the topic of its token count (at most ``client_max_resends`` times): the
+pipeline answers a request id once, so a resend costs nothing when the first copy is merely
+slow, and recovers a request record the broker lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -52,8 +59,18 @@ from schemas.errors import (
 from schemas.messages import CacheDirective, Control, EmbedParams, Reply, Request
 from schemas.topics import Topics
 
+log = logging.getLogger(__name__)
+
 # Envelope bytes a request's JSON adds to its text (ids, topic, times), generously rounded up.
 ENVELOPE_BYTES = 2048
+RESEND_CHECK_S = 0.5
+
+
+@dataclass
+class _Unanswered:
+    request: Request
+    sent_at: float
+    resends: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,15 @@ class Client:
             lambda: connections.producer(self.settings), self.settings.reply_delivery_timeout_s
         )
         self._listener = ReplyListener(self.settings, self.reply_topic).start()
+        self._produce_lock = threading.Lock()  # the producer is shared with the resender
+        self._unanswered: dict[tuple[str, str], _Unanswered] = {}
+        self._unanswered_lock = threading.Lock()
+        self.resent = 0
+        self._closing = threading.Event()
+        self._resender: threading.Thread | None = None
+        if self.settings.client_resend_after_s is not None:
+            self._resender = threading.Thread(target=self._resend_loop, daemon=True)
+            self._resender.start()
         self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
 
     # --- building requests ---------------------------------------------------------------------
@@ -188,18 +214,55 @@ class Client:
                 directive = request.cache.model_copy(update={"generations": generations})
             request = request.model_copy(update={"cache": directive})
         self._take_slot()
-        future = self._listener.expect(request.tenant, request.request_id)
-        future.add_done_callback(lambda _: self._slots.release())
-        self._producer.send(
-            self.topics.requests(bucket),
-            request.model_dump_json().encode(),
-            key=request.request_id.encode(),
-        )
+        key = (request.tenant, request.request_id)
+        future = self._listener.expect(*key)
+        with self._unanswered_lock:
+            self._unanswered[key] = _Unanswered(request, time.monotonic())
+        future.add_done_callback(lambda _: self._answered(key))
+        self._produce(self.topics.requests(bucket), request)
         return Submission(request=request, bucket=bucket, future=future)
+
+    def _answered(self, key: tuple[str, str]) -> None:
+        self._slots.release()
+        with self._unanswered_lock:
+            self._unanswered.pop(key, None)
+
+    def _produce(self, topic: str, request: Request) -> None:
+        with self._produce_lock:
+            self._producer.send(
+                topic, request.model_dump_json().encode(), key=request.request_id.encode()
+            )
 
     def flush(self) -> None:
         """Block until everything sent is acknowledged by the broker (DeliveryError if not)."""
-        self._producer.flush()
+        with self._produce_lock:
+            self._producer.flush()
+
+    def _resend_loop(self) -> None:
+        after = self.settings.client_resend_after_s
+        assert after is not None
+        while not self._closing.wait(RESEND_CHECK_S):
+            now = time.monotonic()
+            with self._unanswered_lock:
+                due = [
+                    u
+                    for u in self._unanswered.values()
+                    if now - u.sent_at >= after and u.resends < self.settings.client_max_resends
+                ]
+                for u in due:
+                    u.sent_at, u.resends = now, u.resends + 1
+            if not due:
+                continue
+            try:
+                for u in due:
+                    tokens = u.request.token_count or 0
+                    topic = self.topics.requests(bucket_for(tokens, self.settings.buckets))
+                    self._produce(topic, u.request)
+                self.flush()
+                self.resent += len(due)
+                log.warning("%d requests unanswered after %.0fs: sent again", len(due), after)
+            except Exception:  # the broker is away: the next pass tries again
+                log.warning("resending %d requests failed", len(due), exc_info=True)
 
     def submit_many(self, texts: Sequence[str], **options: object) -> list[Submission]:
         prepared = self.prepare(texts, **options)  # type: ignore[arg-type]
@@ -236,10 +299,11 @@ class Client:
         reply is the error ``cancelled``. Computing right now: it finishes, but the reply is
         still ``cancelled``. Already answered: nothing changes."""
         control = Control(action="cancel", tenant=tenant or self.tenant, request_id=request_id)
-        self._producer.send(
-            self.topics.control, control.model_dump_json().encode(), key=request_id.encode()
-        )
-        self._producer.flush()
+        with self._produce_lock:
+            self._producer.send(
+                self.topics.control, control.model_dump_json().encode(), key=request_id.encode()
+            )
+            self._producer.flush()
 
     def _take_slot(self) -> None:
         s = self.settings
@@ -264,6 +328,9 @@ class Client:
         return self._listener.pending()
 
     def close(self) -> None:
+        self._closing.set()
+        if self._resender is not None:
+            self._resender.join(timeout=5)
         self._producer.close()
         self._listener.close()
         if self.cache is not None:

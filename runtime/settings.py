@@ -111,6 +111,11 @@ class Settings(BaseSettings):
     client_max_pending: int = Field(default=10_000, ge=1)
     client_on_full: Literal["block", "raise"] = "block"
     client_block_timeout_s: float = Field(default=30.0, ge=0)
+    # A request unanswered this long is produced again (same request_id: the pipeline answers
+    # it once), up to client_max_resends times: a broker that lost an acknowledged request
+    # record (seen with tansu) costs a delay, not the request. None turns it off.
+    client_resend_after_s: float | None = Field(default=60.0, gt=0)
+    client_max_resends: int = Field(default=3, ge=0)
     # How long a worker waits for its replies to be acknowledged by the broker (it keeps its
     # claims meanwhile, so a broker restart delays replies instead of duplicating them).
     reply_delivery_timeout_s: float = Field(default=120.0, gt=0)
