@@ -164,6 +164,9 @@ class LocalStack:
         for service in self._load():
             if service.name == name and service.alive():
                 _terminate(service.pid)
+                # a killed process's socket may outlive _terminate by a moment: `up` right
+                # after would find the port taken (seen in a broker-restart test)
+                _wait_port_closed(self.settings.port_of(service.address), name)
 
     # --- services --------------------------------------------------------------------------
     def _start_s3(self) -> ServiceState:
@@ -291,6 +294,10 @@ class LocalStack:
         if not self.pid_file.exists():
             return []
         return [ServiceState(**raw) for raw in json.loads(self.pid_file.read_text())]
+
+
+def _wait_port_closed(port: int, name: str) -> None:
+    wait_for(lambda: not port_open(port), 10, f"{name} to release port {port}")
 
 
 def _terminate(pid: int, grace_s: float = 5.0) -> None:
