@@ -32,6 +32,14 @@ def _logging(level: str) -> None:
     logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
 
 
+def _stop_on_signal() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, for a long-running command's loop."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
 def _buckets(value: str | None, settings: Settings) -> list[int]:
     if not value or value == "all":
         return list(settings.buckets)
@@ -80,10 +88,7 @@ def dispatcher(log_level: str = "INFO") -> None:
     from workers.dispatcher import Dispatcher
 
     _logging(log_level)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    Dispatcher(Settings()).run(stop)
+    Dispatcher(Settings()).run(_stop_on_signal())
 
 
 @app.command()
@@ -109,10 +114,7 @@ def invalidator(log_level: str = "INFO") -> None:
     from consumers.invalidation import Invalidator
 
     _logging(log_level)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    Invalidator(Settings()).run(stop)
+    Invalidator(Settings()).run(_stop_on_signal())
 
 
 @cache.command("stats")
