@@ -6,14 +6,12 @@ from __future__ import annotations
 import socket
 import uuid
 
-from cache.entry import CacheEntry, ExpiryPolicy
 from cache.keys import cache_key, entry_scopes
-from cache.store import TieredCache, open_cache
+from cache.store import open_cache
 from runtime.localstack import LocalStack
 from runtime.settings import Settings
-from schemas.messages import EmbeddingResult, EmbedParams
-
-TTL = ExpiryPolicy(mode="ttl", ttl_s=600)
+from schemas.messages import EmbedParams
+from tests.cache.entries import new_entry
 
 
 def free_port() -> int:
@@ -27,26 +25,10 @@ def settings(**overrides: object) -> Settings:
     return Settings(topic_prefix=f"t-cache-{uuid.uuid4().hex[:8]}", **overrides)  # type: ignore[arg-type]
 
 
-def make_entry(cache: TieredCache, tenant: str, text: str, tags: list[str] = ()) -> CacheEntry:  # type: ignore[assignment]
-    key = cache_key(tenant, "m", "v1", "embed", text, EmbedParams())
-    scopes = entry_scopes(tenant, "m", "v1", list(tags))
-    gens = cache.generations(scopes)
-    assert gens is not None
-    return CacheEntry.new(
-        key=key,
-        tenant=tenant,
-        model="m",
-        result=EmbeddingResult(embedding=[0.1, 0.2], token_count=2, truncated=False),
-        scopes=gens,
-        policy=TTL,
-        now=cache.clock(),
-    )
-
-
 def test_miss_then_l2_then_l1_and_l3_promotes_to_both(stack: LocalStack) -> None:
     conf = settings()
     writer, reader = open_cache(conf, l1=False), open_cache(conf)
-    entry = make_entry(writer, "acme", "a red bicycle")
+    entry = new_entry(writer, "acme", "a red bicycle")
     assert reader.get(entry.key) is None
     assert writer.put(entry)
     first = reader.get(entry.key)
@@ -70,7 +52,7 @@ def test_a_result_for_a_request_older_than_an_invalidation_is_not_written(
     conf = settings()
     cache = open_cache(conf)
     # the request is submitted: its scopes' generations are read ...
-    entry = make_entry(cache, "acme", "stale?", tags=["doc:1"])
+    entry = new_entry(cache, "acme", "stale?", tags=["doc:1"])
     # ... an invalidation of one of its tags lands while it is computed ...
     cache.invalidate(scopes=entry_scopes("acme", "m", "v1", ["doc:1"])[2:])
     # ... and its result arrives: not written, in no tier
@@ -78,7 +60,7 @@ def test_a_result_for_a_request_older_than_an_invalidation_is_not_written(
     assert cache.counts["stale_write_refused"] == 1
     assert cache.get(entry.key) is None
     assert cache.l3 is not None and cache.l3.get(entry.key) is None
-    fresh = make_entry(cache, "acme", "stale?", tags=["doc:1"])  # submitted after it
+    fresh = new_entry(cache, "acme", "stale?", tags=["doc:1"])  # submitted after it
     assert cache.put(fresh)
     assert cache.get(fresh.key) is not None
 
@@ -86,13 +68,13 @@ def test_a_result_for_a_request_older_than_an_invalidation_is_not_written(
 def test_an_entry_written_before_an_invalidation_is_never_served(stack: LocalStack) -> None:
     conf = settings()
     cache = open_cache(conf)
-    entry = make_entry(cache, "acme", "doc text", tags=["doc:9"])
+    entry = new_entry(cache, "acme", "doc text", tags=["doc:9"])
     assert cache.put(entry)
     assert cache.invalidate(scopes=["tenant/acme/tag/doc:9"]) == 1
     assert cache.get(entry.key) is None
     assert cache.l3 is not None and cache.l3.get(entry.key) is None
     # the whole tenant: no index, the generation alone keeps it out of every tier
-    other = make_entry(cache, "acme", "another")
+    other = new_entry(cache, "acme", "another")
     assert cache.put(other)
     cache.invalidate(scopes=["tenant/acme"])
     assert cache.l3.get(other.key) is not None  # the object is still there ...
@@ -103,7 +85,7 @@ def test_an_entry_written_before_an_invalidation_is_never_served(stack: LocalSta
 def test_tenants_never_share_an_entry(stack: LocalStack) -> None:
     conf = settings()
     cache = open_cache(conf)
-    acme = make_entry(cache, "acme", "same text")
+    acme = new_entry(cache, "acme", "same text")
     assert cache.put(acme)
     globex_key = cache_key("globex", "m", "v1", "embed", "same text", EmbedParams())
     assert globex_key != acme.key and cache.get(globex_key) is None
@@ -114,7 +96,7 @@ def test_tenants_never_share_an_entry(stack: LocalStack) -> None:
 def test_redis_down_l1_and_l3_still_serve_and_nothing_is_written(stack: LocalStack) -> None:
     conf = settings()
     up = open_cache(conf)
-    entry = make_entry(up, "acme", "served without redis")
+    entry = new_entry(up, "acme", "served without redis")
     assert up.put(entry)
     down = open_cache(conf.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"}))
     hit = down.get(entry.key)
@@ -122,7 +104,7 @@ def test_redis_down_l1_and_l3_still_serve_and_nothing_is_written(stack: LocalSta
     again = down.get(entry.key)
     assert again is not None and again.tier == "l1"
     assert down.generations(["tenant/acme"]) is None
-    assert not down.put(make_entry(up, "acme", "not written"))
+    assert not down.put(new_entry(up, "acme", "not written"))
     assert down.counts["l2_unavailable"] >= 3
 
 
@@ -131,7 +113,7 @@ def test_s3_down_l3_is_skipped_and_counted(stack: LocalStack) -> None:
     down = open_cache(
         conf.model_copy(update={"s3_endpoint_url": f"http://127.0.0.1:{free_port()}"})
     )
-    entry = make_entry(down, "acme", "no s3")
+    entry = new_entry(down, "acme", "no s3")
     assert down.put(entry)  # L2 takes it; L3 is skipped
     assert down.counts["l3_unavailable"] == 1
     assert down.get("0" * 64) is None  # a miss goes down to L3, which is skipped
@@ -143,7 +125,7 @@ def test_s3_down_l3_is_skipped_and_counted(stack: LocalStack) -> None:
 def test_sliding_entries_in_redis_live_while_read(stack: LocalStack) -> None:
     conf = settings()
     cache = open_cache(conf, l1=False)
-    entry = make_entry(cache, "acme", "sliding")
+    entry = new_entry(cache, "acme", "sliding")
     entry = entry.model_copy(
         update={"mode": "sliding", "ttl_s": 1.0, "expires_at": cache.clock() + 1}
     )

@@ -15,8 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cache.entry import CacheEntry, ExpiryPolicy
-from cache.keys import cache_key, entry_scopes
+from cache.entry import CacheEntry
 from cache.rules import TagRule
 from cache.store import TieredCache, open_cache
 from consumers.invalidation import Invalidator
@@ -24,8 +23,8 @@ from runtime import connections
 from runtime.localstack import LocalStack
 from runtime.settings import Settings
 from schemas.cache import Invalidation
-from schemas.messages import EmbeddingResult, EmbedParams
 from schemas.topics import Topics
+from tests.cache.entries import TAGS, new_entry
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,17 +53,7 @@ def invalidator(conf: Settings) -> Iterator[Invalidator]:
 
 
 def tagged_entry(cache: TieredCache, tenant: str, text: str, tag: str) -> CacheEntry:
-    scopes = cache.generations(entry_scopes(tenant, "m", "v1", [tag]))
-    assert scopes is not None
-    entry = CacheEntry.new(
-        key=cache_key(tenant, "m", "v1", "embed", text, EmbedParams()),
-        tenant=tenant,
-        model="m",
-        result=EmbeddingResult(embedding=[1.0, 0.0], token_count=1, truncated=False),
-        scopes=scopes,
-        policy=ExpiryPolicy(mode="tags"),
-        now=time.time(),
-    )
+    entry = new_entry(cache, tenant, text, [tag], policy=TAGS, embedding=[1.0, 0.0])
     assert cache.put(entry)
     return entry
 

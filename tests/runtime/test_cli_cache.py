@@ -10,14 +10,12 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from cache.entry import CacheEntry, ExpiryPolicy
-from cache.keys import cache_key, entry_scopes
 from cache.store import open_cache
 from consumers.invalidation import Invalidator
 from runtime.cli import app
 from runtime.localstack import LocalStack
 from runtime.settings import Settings
-from schemas.messages import EmbeddingResult, EmbedParams
+from tests.cache.entries import TAGS, new_entry
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,17 +27,7 @@ def test_invalidate_by_tag_from_the_command_line(
     monkeypatch.setenv("HEADRACE_TOPIC_PREFIX", prefix)
     settings = Settings()
     cache = open_cache(settings, l1=False)
-    scopes = cache.generations(entry_scopes("acme", "m", "v1", ["doc:5"]))
-    assert scopes is not None
-    entry = CacheEntry.new(
-        key=cache_key("acme", "m", "v1", "embed", "cli text", EmbedParams()),
-        tenant="acme",
-        model="m",
-        result=EmbeddingResult(embedding=[0.3], token_count=1, truncated=False),
-        scopes=scopes,
-        policy=ExpiryPolicy(mode="tags"),
-        now=time.time(),
-    )
+    entry = new_entry(cache, "acme", "cli text", ["doc:5"], policy=TAGS)
     assert cache.put(entry)
     runner = CliRunner()
     stats = runner.invoke(app, ["cache", "stats"])
