@@ -43,7 +43,7 @@ from cache.store import open_cache
 from consumers.replies import ReplyListener
 from producers.tokens import count_tokens
 from runtime import connections
-from runtime.delivery import ReliableProducer
+from runtime.delivery import reliable_producer
 from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.buckets import bucket_for
@@ -107,9 +107,7 @@ class Client:
             self.settings, [self.reply_topic, self.topics.control], partitions=1
         )
         self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
-        self._producer = ReliableProducer(
-            lambda: connections.producer(self.settings), self.settings.reply_delivery_timeout_s
-        )
+        self._producer = reliable_producer(self.settings, self.settings.reply_delivery_timeout_s)
         self._listener = ReplyListener(self.settings, self.reply_topic).start()
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
         self._unanswered: dict[tuple[str, str], _Unanswered] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import signal
@@ -30,6 +31,8 @@ def _logging(level: str) -> None:
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a wedged service waits on
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _stop_on_signal() -> threading.Event:

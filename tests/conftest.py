@@ -57,3 +57,20 @@ def shared_pipeline(stack: LocalStack, shared_prefix: str) -> Iterator[Pipeline]
     env = pipeline_env(shared_prefix, HEADRACE_MAX_BATCH_TOKENS="1024")
     with Pipeline(env=env, log_dir=log_dir) as pipeline:
         yield pipeline
+
+
+DURABLE_BROKER = "127.0.0.1:19093"  # beside the suite's in-memory one on 19092
+
+
+@pytest.fixture(scope="module")
+def durable_broker(
+    stack: LocalStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    """A second tansu that keeps its log in the stack's S3 store, for restart tests."""
+    state: Path = tmp_path_factory.mktemp("durable-broker")
+    broker = LocalStack(
+        Settings(kafka_bootstrap=DURABLE_BROKER, broker_storage="s3", state_dir=state)
+    )
+    broker.up(only=("kafka",))
+    yield broker
+    broker.down()

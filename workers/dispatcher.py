@@ -18,7 +18,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from runtime import connections, metrics
-from runtime.delivery import DeliveryError, ReliableProducer
+from runtime.delivery import DeliveryError, reliable_producer
 from runtime.models import known_models, model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
@@ -62,7 +62,7 @@ class Dispatcher:
         connections.ensure_topics(settings, [*self.bucket_of_topic, self.topics.dead_letter])
         # short: a flush that fails is tried again on the next pass, and the poll loop must
         # keep its group membership meanwhile
-        self.producer = ReliableProducer(lambda: connections.producer(settings), timeout_s=3.0)
+        self.producer = reliable_producer(settings, timeout_s=3.0)
         self.celery = connections.celery_app(settings)
         self.ledger = Ledger(
             connections.redis_client(settings), settings.topic_prefix, settings.answered_ttl_s

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from consumers.topic_reader import records_from_start
 from runtime import metrics
 from runtime.settings import Settings
+from runtime.topic_reader import records_from_start
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.messages import Reply
 from workers.error_replies import ErrorReplies

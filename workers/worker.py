@@ -28,7 +28,7 @@ from kafka.errors import KafkaError
 from cache.store import open_cache
 from cache.writer import ResultWriter
 from runtime import connections
-from runtime.delivery import DeliveryError, ReliableProducer
+from runtime.delivery import DeliveryError, reliable_producer
 from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.messages import Batch, Reply
@@ -59,9 +59,8 @@ class KafkaReplySink:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.out = ReliableProducer(
-            lambda: connections.producer(settings, enable_idempotence=True),
-            settings.reply_delivery_timeout_s,
+        self.out = reliable_producer(
+            settings, settings.reply_delivery_timeout_s, enable_idempotence=True
         )
         self._known_topics: set[str] = set()
 

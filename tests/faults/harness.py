@@ -7,6 +7,7 @@ import collections
 import itertools
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -177,7 +178,12 @@ def _claim_kind(holder: str | None) -> str:
 
 
 def print_log_tails(pipeline: Pipeline, lines: int = 40) -> None:
-    """The end of each process's log, shown by pytest with a failing test's output."""
+    """The end of each process's log, shown by pytest with a failing test's output, after
+    the dispatcher's thread stacks (SIGUSR1: faulthandler), to see what a wedged one waits on."""
+    if pipeline.dispatcher.alive():
+        os.kill(pipeline.dispatcher.pid, signal.SIGUSR1)
+        time.sleep(1.0)
+        lines = max(lines, 150)
     for proc in [pipeline.dispatcher, *pipeline.workers]:
         text = (
             proc.log_path.read_text(errors="replace").splitlines() if proc.log_path.exists() else []
@@ -190,7 +196,11 @@ def assert_serves(client: Client, pipeline: Pipeline, timeout_s: float = 30) -> 
     """No process stayed wedged: all are alive and a new request is answered."""
     dead = [p.name for p in [pipeline.dispatcher, *pipeline.workers] if not p.alive()]
     assert not dead, f"processes died: {dead}"
-    reply = client.submit("still serving after the fault?").result(timeout_s)
+    try:
+        reply = client.submit("still serving after the fault?").result(timeout_s)
+    except TimeoutError:
+        print_log_tails(pipeline)
+        raise
     assert reply.result is not None, reply.error
 
 

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from runtime.localstack import LocalStack
 from runtime.processes import Pipeline
-from runtime.settings import Settings
-from tests.conftest import unique_prefix
+from tests.conftest import DURABLE_BROKER, unique_prefix
 from tests.faults.harness import run_with_fault
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -30,22 +28,6 @@ def tolerating_tansu(fault: Callable[[], object]) -> None:
         fault()
     except Exception as exc:  # any check of the run: the summary shows which
         pytest.xfail(f"{TANSU_NOTE}: {type(exc).__name__}: {str(exc)[:300]}")
-
-
-DURABLE_BROKER = "127.0.0.1:19093"  # beside the suite's in-memory one on 19092
-
-
-@pytest.fixture(scope="module")
-def durable_broker(
-    stack: LocalStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalStack]:
-    state: Path = tmp_path_factory.mktemp("durable-broker")
-    broker = LocalStack(
-        Settings(kafka_bootstrap=DURABLE_BROKER, broker_storage="s3", state_dir=state)
-    )
-    broker.up(only=("kafka",))
-    yield broker
-    broker.down()
 
 
 def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:

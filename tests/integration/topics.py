@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kafka.consumer.fetcher import ConsumerRecord
 
-from consumers.topic_reader import records_from_start
 from runtime.settings import Settings
+from runtime.topic_reader import records_from_start
 
 
 def read_topic(settings: Settings, topic: str) -> list[ConsumerRecord]:
