@@ -91,7 +91,10 @@ def dispatcher(log_level: str = "INFO") -> None:
     from workers.dispatcher import Dispatcher
 
     _logging(log_level)
-    Dispatcher(Settings()).run(_stop_on_signal())
+    service = Dispatcher(Settings())
+    # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
+    signal.signal(signal.SIGUSR2, lambda *_: service.report_requested.set())
+    service.run(_stop_on_signal())
 
 
 @app.command()

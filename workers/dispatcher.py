@@ -15,6 +15,7 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from runtime import connections, metrics
@@ -28,6 +29,7 @@ from workers.admission import admission_error
 from workers.batcher import DynamicBatcher
 from workers.control import ControlReader
 from workers.error_replies import ErrorReplies
+from workers.fetch_watch import FetchWatch, Remedy
 from workers.flights import DispatcherStats, Flights, InFlight, Pending, RequestKey, ref_key
 from workers.health import BucketHealth, Health, HealthPolicy
 from workers.intake import Rejection, parse_request
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 BEATS_BEFORE_DEAD = 3
 REJOIN_AFTER_S = 20.0
+FETCH_STALL_S = 10.0  # records past the position, none returned: seek, then a new consumer
 STATE_LOG_INTERVAL_S = 10.0
 GAP_RETRIES = 50
 HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
@@ -82,6 +85,7 @@ class Dispatcher:
             settings, self.ledger, self.flights, self.errors, self.stats, clock
         )
         self.announced = False
+        self.report_requested = threading.Event()  # set by SIGUSR2 (the CLI): log_consumer_state
         self._fetch_wait_ms = settings.kafka_fetch_wait_busy_ms
         self._live: dict[int, set[str]] = {}
         self._live_checked = -1e9
@@ -102,6 +106,7 @@ class Dispatcher:
         self._gap_retries: dict[TopicPartition, int] = {}
         self._assignment_checked = clock()
         self._unassigned_since: float | None = clock()
+        self.fetch_watch = FetchWatch(FETCH_STALL_S, clock)
         self.consumer = self._new_consumer()
 
     def _new_consumer(self) -> KafkaConsumer:
@@ -142,6 +147,9 @@ class Dispatcher:
         self._guarded(self._read_control)
         self._guarded(self._drain_completions)
         self._guarded(self._housekeeping)
+        if self.report_requested.is_set():
+            self.report_requested.clear()
+            self.log_consumer_state()
         self._check_assignment()
         self.recovery.check_leases(self._live)
         self._flush_due()
@@ -382,33 +390,65 @@ class Dispatcher:
         self.recovery.check_runners(self._live)
 
     def _check_assignment(self) -> None:
-        """A consumer left without partitions for REJOIN_AFTER_S (seen after tansu lost its
-        S3 store for a while: the group forgot the member and the member never rejoined) is
-        replaced by a fresh one, which joins the group again."""
+        """Once a second. A consumer left without partitions for REJOIN_AFTER_S (seen after
+        tansu lost its S3 store for a while: the group forgot the member and the member never
+        rejoined) is replaced by a fresh one, which joins the group again. A partition whose
+        fetch stalled with records past its position is sought again, then the consumer is
+        replaced (``FetchWatch``)."""
         now = self.clock()
         if now - self._assignment_checked < 1.0:
             return
         self._assignment_checked = now
-        if self.consumer.assignment():
+        assignment = self.consumer.assignment()
+        if assignment:
             self._unassigned_since = None
+            self._watch_fetches(assignment)
             return
         if self._unassigned_since is None:
             self._unassigned_since = now
             return
         if now - self._unassigned_since < REJOIN_AFTER_S:
             return
-        log.warning(
-            "no partitions for %.0fs; joining the group again", now - self._unassigned_since
-        )
+        self._renew_consumer(f"no partitions for {now - self._unassigned_since:.0f}s")
+
+    def _watch_fetches(self, assignment: set[TopicPartition]) -> None:
+        paused = set(self.consumer.paused())
+        for tp in assignment:
+            try:
+                position = self.consumer.position(tp, timeout_ms=0) if tp not in paused else None
+            except KafkaError:  # revoked meanwhile, or no position yet
+                continue
+            remedy = self.fetch_watch.observe(
+                tp, position, self.consumer.highwater(tp), tp in paused
+            )
+            if remedy is Remedy.seek:
+                log.warning(
+                    "%s:%d: no records for %.0fs at offset %s though the log ends at %s; "
+                    "seeking there again",
+                    tp.topic,
+                    tp.partition,
+                    self.fetch_watch.stall_s,
+                    position,
+                    self.consumer.highwater(tp),
+                )
+                assert position is not None
+                self.consumer.seek(tp, position)
+            elif remedy is Remedy.renew:
+                self._renew_consumer(f"{tp.topic}:{tp.partition} stalled at offset {position}")
+                return
+
+    def _renew_consumer(self, why: str) -> None:
+        log.warning("%s; replacing the consumer (it joins the group again)", why)
         self.forget_partitions(self.flights.tracker.partitions())
         try:
             self.consumer.close(autocommit=False)
         except Exception:
             log.warning("closing the stuck consumer failed", exc_info=True)
         self.paused.clear()
+        self.fetch_watch.forget()
         self._fetch_wait_ms = self.settings.kafka_fetch_wait_busy_ms
         self.consumer = self._new_consumer()
-        self._unassigned_since = now
+        self._unassigned_since = self.clock()
 
     def _log_state(self, now: float) -> None:
         """Every STATE_LOG_INTERVAL_S while anything is unanswered: what it waits on."""
@@ -427,6 +467,31 @@ class Dispatcher:
             dict(+f.in_flight_count),
             sorted(self.paused),
         )
+
+    def log_consumer_state(self) -> None:
+        """Per assigned partition: fetch position, last known high watermark, paused or not,
+        and the next offset the dispatcher expects; then the in-flight picture."""
+        paused = set(self.consumer.paused())
+        for tp in sorted(self.consumer.assignment()):
+            state = self.consumer._subscription.assignment.get(tp)  # kafka-python internals
+            log.info(
+                "partition %s:%d position %s highwater %s expected %s%s; client state: %s",
+                tp.topic,
+                tp.partition,
+                self.consumer.position(tp, timeout_ms=1000),
+                self.consumer.highwater(tp),
+                self.flights.tracker.expected((tp.topic, tp.partition)),
+                " paused" if tp in paused else "",
+                state
+                and {
+                    "fetchable": state.is_fetchable(),
+                    "awaiting_validation": state.awaiting_validation,
+                    "awaiting_reset": state.awaiting_reset,
+                    "position": state.position,
+                },
+            )
+        self._state_logged = -1e9
+        self._log_state(self.clock())
 
     def _read_control(self) -> None:
         now = self.clock()

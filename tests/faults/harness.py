@@ -23,6 +23,7 @@ from runtime import connections
 from runtime.processes import Pipeline
 from runtime.settings import Settings
 from schemas.messages import Reply
+from schemas.topics import Topics
 from tests.conftest import pipeline_env
 from tests.integration.topics import read_topic
 from workers.ledger import Ledger
@@ -52,16 +53,25 @@ class Outcome:
     # lost requests by their claim in the ledger: "answered" means a reply was acknowledged
     # by the broker (the mark is set only after a successful flush) and is not on the topic
     lost_claims: dict[str, int] = field(default_factory=dict)
+    # lost requests whose request record is on a request topic (the dispatcher could read it)
+    lost_requests_on_topic: int = 0
 
     def assert_clean(self) -> None:
-        """No duplicates, nothing lost. A loss whose replies the ledger has as answered is
-        the broker losing acknowledged writes (tansu; see README 'Faults'): reported as
-        xfail with the figures, not as a pipeline failure. Any other loss fails."""
+        """No duplicates, nothing lost. A loss the broker caused is reported as xfail with
+        the figures, not as a pipeline failure (tansu; see README 'Faults'): replies the
+        ledger has as answered (acknowledged) that are not on the reply topic, or requests
+        never claimed whose acknowledged records are on no request topic. Any other loss
+        fails."""
         assert self.duplicates == 0, self
         if self.lost and set(self.lost_claims) == {"answered"}:
             pytest.xfail(
                 f"the broker lost {self.lost} acknowledged replies (the ledger has them "
                 f"answered; none is on the reply topic): {self}"
+            )
+        if self.lost and set(self.lost_claims) == {"unknown"} and not self.lost_requests_on_topic:
+            pytest.xfail(
+                f"the broker lost {self.lost} acknowledged requests (never claimed; none is "
+                f"on a request topic): {self}"
             )
         assert self.lost == 0, self
 
@@ -151,9 +161,27 @@ def count_on_topic(
         errors=dict(errors),
         client_missing=sum(1 for r in replies if r is None),
         lost_claims=claims_of(settings, tenant, lost),
+        lost_requests_on_topic=requests_on_topics(settings, set(lost)),
     )
     outcome.record()
     return outcome
+
+
+def requests_on_topics(settings: Settings, request_ids: set[str]) -> int:
+    """How many of ``request_ids`` have a request record on a bucket topic."""
+    if not request_ids:
+        return 0
+    topics = Topics(settings.topic_prefix)
+    found: set[str] = set()
+    for bucket in settings.buckets:
+        for record in read_topic(settings, topics.requests(bucket)):
+            try:
+                request_id = json.loads(record.value)["request_id"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if request_id in request_ids:
+                found.add(request_id)
+    return len(found)
 
 
 def claims_of(settings: Settings, tenant: str, request_ids: list[str]) -> dict[str, int]:
@@ -179,8 +207,11 @@ def _claim_kind(holder: str | None) -> str:
 
 def print_log_tails(pipeline: Pipeline, lines: int = 40) -> None:
     """The end of each process's log, shown by pytest with a failing test's output, after
-    the dispatcher's thread stacks (SIGUSR1: faulthandler), to see what a wedged one waits on."""
+    the dispatcher's partition positions (SIGUSR2) and thread stacks (SIGUSR1: faulthandler),
+    to see what a wedged one waits on."""
     if pipeline.dispatcher.alive():
+        os.kill(pipeline.dispatcher.pid, signal.SIGUSR2)  # its partitions' positions
+        time.sleep(1.5)
         os.kill(pipeline.dispatcher.pid, signal.SIGUSR1)
         time.sleep(1.0)
         lines = max(lines, 150)
@@ -196,11 +227,23 @@ def assert_serves(client: Client, pipeline: Pipeline, timeout_s: float = 30) -> 
     """No process stayed wedged: all are alive and a new request is answered."""
     dead = [p.name for p in [pipeline.dispatcher, *pipeline.workers] if not p.alive()]
     assert not dead, f"processes died: {dead}"
+    probe = client.submit("still serving after the fault?")
     try:
-        reply = client.submit("still serving after the fault?").result(timeout_s)
-    except TimeoutError:
+        reply = probe.result(timeout_s)
+    except TimeoutError as exc:
         print_log_tails(pipeline)
-        raise
+        settings, request_id = client.settings, probe.request.request_id
+        on_reply_topic = sum(
+            1
+            for r in read_topic(settings, client.reply_topic)
+            if Reply.model_validate_json(r.value).request_id == request_id
+        )
+        raise AssertionError(
+            f"the probe got no reply in {timeout_s}s: request on its topic "
+            f"{requests_on_topics(settings, {request_id})}, ledger "
+            f"{claims_of(settings, client.tenant, [request_id])}, replies on the reply topic "
+            f"{on_reply_topic}, client resent {client.resent}"
+        ) from exc
     assert reply.result is not None, reply.error
 
 
