@@ -95,7 +95,10 @@ class Client:
         *,
         tenant: str = "default",
         reply_topic: str | None = None,
+        listen: bool = True,
     ) -> None:
+        """``listen``: False for a caller that reads its reply topic itself (bulk jobs): no
+        reply listener and no resends; only ``send_nowait`` and ``cancel`` then."""
         self.settings = settings or Settings()
         self.tenant = tenant
         self.topics = Topics(self.settings.topic_prefix)
@@ -108,14 +111,14 @@ class Client:
         )
         self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
         self._producer = reliable_producer(self.settings, self.settings.reply_delivery_timeout_s)
-        self._listener = ReplyListener(self.settings, self.reply_topic).start()
+        self._listener = ReplyListener(self.settings, self.reply_topic).start() if listen else None
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
         self._unanswered: dict[tuple[str, str], _Unanswered] = {}
         self._unanswered_lock = threading.Lock()
         self.resent = 0
         self._closing = threading.Event()
         self._resender: threading.Thread | None = None
-        if self.settings.client_resend_after_s is not None:
+        if listen and self.settings.client_resend_after_s is not None:
             self._resender = threading.Thread(target=self._resend_loop, daemon=True)
             self._resender.start()
         self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
@@ -211,6 +214,8 @@ class Client:
             if generations is not None:  # else Redis is away: the result is not written
                 directive = request.cache.model_copy(update={"generations": generations})
             request = request.model_copy(update={"cache": directive})
+        if self._listener is None:
+            raise RuntimeError("this client does not listen for replies: use send_nowait")
         self._take_slot()
         key = (request.tenant, request.request_id)
         future = self._listener.expect(*key)
@@ -219,6 +224,11 @@ class Client:
         future.add_done_callback(lambda _: self._answered(key))
         self._produce(self.topics.requests(bucket), request)
         return Submission(request=request, bucket=bucket, future=future)
+
+    def send_nowait(self, request: Request, bucket: int) -> None:
+        """Produce a prepared request whose reply the caller reads from its reply topic
+        itself (no future, no cache lookup, no resend); ``flush`` makes it durable."""
+        self._produce(self.topics.requests(bucket), request)
 
     def _answered(self, key: tuple[str, str]) -> None:
         self._slots.release()
@@ -318,19 +328,20 @@ class Client:
     # --- lifecycle -------------------------------------------------------------------------------
     @property
     def duplicate_replies(self) -> int:
-        return self._listener.duplicates
+        return self._listener.duplicates if self._listener is not None else 0
 
     @property
     def pending(self) -> int:
         """Requests sent by this client still awaiting their reply."""
-        return self._listener.pending()
+        return self._listener.pending() if self._listener is not None else 0
 
     def close(self) -> None:
         self._closing.set()
         if self._resender is not None:
             self._resender.join(timeout=5)
         self._producer.close()
-        self._listener.close()
+        if self._listener is not None:
+            self._listener.close()
         if self.cache is not None:
             self.cache.close()
 

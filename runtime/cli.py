@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from jobs.cli import batch
 from runtime.settings import Settings
 
 app = typer.Typer(help="headrace: a length-bucketed inference pipeline.", no_args_is_help=True)
@@ -23,6 +24,7 @@ cache = typer.Typer(help="The tiered result cache.")
 app.add_typer(dev, name="dev")
 app.add_typer(schema, name="schema")
 app.add_typer(cache, name="cache")
+app.add_typer(batch, name="batch")
 console = Console()
 
 

@@ -1,0 +1,460 @@
+"""Run one bulk job through the pipeline: validate, submit, collect, finalize.
+
+- **validating**: the input is streamed once; invalid lines go to the error spool with their
+  line number and reason; each valid line's custom_id goes to an on-disk index.
+- **in_progress**: a submitter thread streams the input again and produces one request per
+  valid line (request id ``<job>-<line>``, reply topic of its own) while at most ``window``
+  are unanswered; the collector reads the job's reply topic and appends an output or error
+  line per reply. Every ``checkpoint_s`` the spools are fsynced, then the reply offset and
+  counts are written to the job store, in that order: a killed run resumes from there, reads
+  the line numbers already answered back from its spools and skips them.
+- **finalizing**: the spools are delivered to the output and error locations.
+- **cancelling**: no more requests are submitted; the unanswered ones are cancelled through
+  the control topic and their replies awaited (up to ``cancel_wait_s``), then cancelled.
+
+Memory stays flat: lines are streamed, the answered set is a bitmap (one byte per line),
+custom_ids are read from the on-disk index, and only ``window`` requests are in the air.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from kafka.structs import TopicPartition
+
+from jobs.files import Spool, deliver, read_lines
+from jobs.formats import (
+    InputFormat,
+    Invalid,
+    Work,
+    failure_line,
+    invalid_line,
+    line_of,
+    parse_line,
+    success_line,
+)
+from jobs.index import CustomIds
+from jobs.lifecycle import FINAL, JobStatus
+from jobs.store import Counts, Job, JobStore
+from producers.client import Client
+from runtime import connections
+from runtime.settings import Settings
+from schemas.errors import ErrorCode, ErrorInfo, InvalidRequestError
+from schemas.messages import Reply
+from schemas.topics import Topics
+
+log = logging.getLogger(__name__)
+
+PREPARE_CHUNK = 256
+
+
+@dataclass
+class RunOptions:
+    window: int = 5000  # requests in the air at most
+    checkpoint_s: float = 1.0
+    cancel_wait_s: float = 30.0
+    truncate: bool = False  # cut over-long inputs instead of failing their lines
+
+
+def reply_topic(settings_prefix: str, job_id: str) -> str:
+    return Topics(settings_prefix).replies(f"job-{job_id}")
+
+
+def request_id(job_id: str, line: int) -> str:
+    return f"{job_id}-{line}"
+
+
+class JobRunner:
+    def __init__(
+        self,
+        store: JobStore,
+        job_id: str,
+        settings: Settings | None = None,
+        options: RunOptions | None = None,
+        on_progress: Callable[[Job, Counts], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.settings = settings or Settings()
+        self.options = options or RunOptions()
+        self.on_progress = on_progress
+        job = store.get(job_id)
+        self.spool_dir = Path(job.spool_dir)
+        self.topic = reply_topic(self.settings.topic_prefix, job_id)
+
+    # --- the whole run ---------------------------------------------------------------------
+    def run(self) -> Job:
+        job = self.store.get(self.job_id)
+        try:
+            if job.state is JobStatus.validating:
+                job = self._validate(job)
+            if job.state in (JobStatus.in_progress, JobStatus.cancelling):
+                job = self._process(job)
+            if job.state is JobStatus.finalizing:
+                job = self._finalize(job)
+        except Exception as exc:
+            log.exception("job %s failed", self.job_id)
+            current = self.store.get(self.job_id)
+            if current.state not in FINAL:
+                job = self.store.move(self.job_id, JobStatus.failed, f"{type(exc).__name__}: {exc}")
+            raise
+        return job
+
+    # --- validating -----------------------------------------------------------------------
+    def _validate(self, job: Job) -> Job:
+        errors_path = self.spool_dir / "errors.jsonl"
+        errors_path.unlink(missing_ok=True)  # a validation cut short starts over
+        errors = Spool(errors_path)
+        ids = CustomIds(self.spool_dir, create=True)
+        total = invalid = 0
+        try:
+            for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
+                total = n
+                parsed = parse_line(raw, n, _fmt(job))
+                if isinstance(parsed, Invalid):
+                    invalid += 1
+                    errors.append(invalid_line(job.id, parsed))
+                    ids.add(n, parsed.custom_id or "")
+                else:
+                    ids.add(n, parsed.custom_id)
+        finally:
+            ids.close()
+            errors.close()
+        self.store.set_fields(job.id, total=total, failed=invalid, completed=0)
+        if total == 0:
+            return self.store.move(job.id, JobStatus.failed, "the input file has no lines")
+        if self.store.get(job.id).state is JobStatus.cancelling:
+            return self.store.get(job.id)
+        return self.store.move(job.id, JobStatus.in_progress)
+
+    # --- in_progress ----------------------------------------------------------------------
+    def _process(self, job: Job) -> Job:
+        outputs = Spool(self.spool_dir / "output.jsonl")
+        errors = Spool(self.spool_dir / "errors.jsonl")
+        ids = CustomIds(self.spool_dir)
+        state = _Progress(job.total)
+        for spool, failed in ((outputs, False), (errors, True)):
+            for text in spool.lines():
+                state.mark_from_output(text, failed)
+        client = Client(self.settings, tenant=job.tenant, reply_topic=self.topic, listen=False)
+        stop = threading.Event()
+        submitter = threading.Thread(
+            target=self._submit_all,
+            args=(job, client, state, errors, stop),
+            name=f"submit-{job.id}",
+            daemon=True,
+        )
+        consumer = connections.consumer(self.settings, group_id=None)
+        tp = TopicPartition(self.topic, 0)
+        consumer.assign([tp])
+        offset = job.reply_offset
+        consumer.seek(tp, offset)
+        submitter.start()
+        cancel_started: float | None = None
+        last_checkpoint = time.monotonic()
+        try:
+            while not state.done():
+                for records in consumer.poll(timeout_ms=200).values():
+                    for record in records:
+                        offset = record.offset + 1
+                        self._collect(job, record.value, state, outputs, errors, ids)
+                now = time.monotonic()
+                if now - last_checkpoint < self.options.checkpoint_s:
+                    continue
+                last_checkpoint = now
+                if state.submit_error is not None:
+                    raise state.submit_error
+                self._checkpoint(job, state, outputs, errors, offset)
+                current = self.store.get(job.id)
+                if current.state is JobStatus.cancelling:
+                    if cancel_started is None:
+                        cancel_started = now
+                        stop.set()
+                        submitter.join()
+                        for n in state.unanswered_submitted():
+                            client.cancel(request_id(job.id, n), tenant=job.tenant)
+                    if not state.unanswered_submitted() or (
+                        now - cancel_started > self.options.cancel_wait_s
+                    ):
+                        break
+                if job.expires_at is not None and datetime.now(UTC) > job.expires_at:
+                    stop.set()
+                    self._checkpoint(job, state, outputs, errors, offset)
+                    return self.store.move(job.id, JobStatus.expired)
+            self._checkpoint(job, state, outputs, errors, offset)
+        finally:
+            stop.set()
+            submitter.join(timeout=5)
+            consumer.close()
+            client.close()
+            outputs.close()
+            errors.close()
+            ids.close()
+        if self.store.get(job.id).state is JobStatus.cancelling:
+            return self.store.move(job.id, JobStatus.cancelled)
+        return self.store.move(job.id, JobStatus.finalizing)
+
+    def _submit_all(
+        self, job: Job, client: Client, state: _Progress, errors: Spool, stop: threading.Event
+    ) -> None:
+        try:
+            chunk: list[Work] = []
+            for work in self._pending_work(job, state):
+                chunk.append(work)
+                if len(chunk) == PREPARE_CHUNK:
+                    self._submit_chunk(job, client, chunk, state, errors, stop)
+                    chunk = []
+                if stop.is_set():
+                    return
+            self._submit_chunk(job, client, chunk, state, errors, stop)
+            state.all_submitted()
+        except Exception as exc:  # the collector raises it at its next checkpoint
+            log.exception("submitting job %s failed", job.id)
+            state.submit_error = exc
+
+    def _pending_work(self, job: Job, state: _Progress) -> Iterator[Work]:
+        for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
+            if state.is_answered(n):
+                continue
+            parsed = parse_line(raw, n, _fmt(job))
+            if isinstance(parsed, Work):
+                yield parsed
+
+    def _submit_chunk(
+        self,
+        job: Job,
+        client: Client,
+        chunk: list[Work],
+        state: _Progress,
+        errors: Spool,
+        stop: threading.Event,
+    ) -> None:
+        if not chunk:
+            return
+        prepared: list[tuple[Work, object]] = []
+        for work in chunk:  # one by one: a bad text fails its own line only
+            try:
+                [(request, bucket)] = client.prepare(
+                    [work.text],
+                    model=work.model or job.model,
+                    request_ids=[request_id(job.id, work.line)],
+                    truncate=self.options.truncate,
+                )
+            except InvalidRequestError as exc:
+                error = ErrorInfo(code=_code_of(exc), message=str(exc))
+                state.answer(
+                    work.line,
+                    failure_line(
+                        job.id, work.line, work.custom_id, request_id(job.id, work.line), error
+                    ),
+                    errors,
+                    failed=True,
+                )
+                continue
+            prepared.append((work, (request, bucket)))
+        for work, (request, bucket) in prepared:  # type: ignore[misc]
+            if not state.wait_for_room(self.options.window, stop):
+                return
+            client.send_nowait(request, bucket)
+            state.submitted(work.line)
+        client.flush()
+
+    def _collect(
+        self,
+        job: Job,
+        value: bytes | None,
+        state: _Progress,
+        outputs: Spool,
+        errors: Spool,
+        ids: CustomIds,
+    ) -> None:
+        try:
+            reply = Reply.model_validate_json(value or b"")
+        except ValueError:
+            log.warning("job %s: an unreadable record on its reply topic; skipped", job.id)
+            return
+        prefix, _, tail = reply.request_id.rpartition("-")
+        if prefix != job.id or not tail.isdigit():
+            return
+        line = int(tail)
+        if state.is_answered(line) or not 1 <= line <= job.total:
+            return  # a duplicate, or a reply the spools already hold
+        custom_id = ids.get(line)
+        work = Work(line, custom_id, "", None)
+        if reply.result is not None:
+            state.answer(
+                line,
+                success_line(job.id, work, reply.request_id, reply.model, reply.result),
+                outputs,
+                failed=False,
+            )
+        else:
+            assert reply.error is not None
+            state.answer(
+                line,
+                failure_line(job.id, line, custom_id, reply.request_id, reply.error),
+                errors,
+                failed=True,
+            )
+
+    def _checkpoint(
+        self, job: Job, state: _Progress, outputs: Spool, errors: Spool, offset: int
+    ) -> None:
+        with state.lock:
+            outputs.checkpoint()
+            errors.checkpoint()
+            counts = state.counts()
+        self.store.set_fields(
+            job.id,
+            completed=counts.completed,
+            failed=counts.failed,
+            reply_offset=offset,
+        )
+        if self.on_progress is not None:
+            self.on_progress(job, counts)
+
+    # --- finalizing -----------------------------------------------------------------------
+    def _finalize(self, job: Job) -> Job:
+        for name, location in (
+            ("output.jsonl", job.output_location),
+            ("errors.jsonl", job.error_location),
+        ):
+            if location:
+                deliver(self.spool_dir / name, location, self.settings)
+        return self.store.move(job.id, JobStatus.completed)
+
+
+class _Progress:
+    """Which lines are answered (a bitmap), counts, and the submission window."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.answered = bytearray(total + 1)
+        self.completed = 0
+        self.failed = 0
+        self.lock = threading.Lock()
+        self._room = threading.Condition(self.lock)
+        self._in_air: set[int] = set()
+        self._all_submitted = False
+        self.submit_error: Exception | None = None
+
+    def mark_from_output(self, output_line: str, failed: bool) -> None:
+        import json
+
+        try:
+            line = line_of(json.loads(output_line)["id"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if line is not None and 1 <= line <= self.total and not self.answered[line]:
+            self.answered[line] = 1
+            if failed:
+                self.failed += 1
+            else:
+                self.completed += 1
+
+    def is_answered(self, line: int) -> bool:
+        return bool(self.answered[line]) if 0 <= line <= self.total else True
+
+    def answer(self, line: int, output: str, spool: Spool, failed: bool) -> None:
+        with self.lock:
+            if self.answered[line]:
+                return
+            self.answered[line] = 1
+            spool.append(output)
+            if failed:
+                self.failed += 1
+            else:
+                self.completed += 1
+            self._in_air.discard(line)
+            self._room.notify_all()
+
+    def wait_for_room(self, window: int, stop: threading.Event) -> bool:
+        with self._room:
+            while len(self._in_air) >= window:
+                if stop.is_set():
+                    return False
+                self._room.wait(0.2)
+        return not stop.is_set()
+
+    def submitted(self, line: int) -> None:
+        with self.lock:
+            if not self.answered[line]:
+                self._in_air.add(line)
+
+    def all_submitted(self) -> None:
+        with self.lock:
+            self._all_submitted = True
+
+    def unanswered_submitted(self) -> list[int]:
+        with self.lock:
+            return sorted(self._in_air)
+
+    def counts(self) -> Counts:
+        return Counts(self.total, self.completed, self.failed)
+
+    def done(self) -> bool:
+        with self.lock:
+            return self.completed + self.failed >= self.total
+
+
+def _fmt(job: Job) -> InputFormat:
+    return "plain" if job.input_format == "plain" else "openai"
+
+
+def _code_of(exc: InvalidRequestError) -> ErrorCode:
+    from schemas.errors import (
+        EmptyInputError,
+        InputTooLongError,
+        RequestTooLargeError,
+        UnknownModelError,
+    )
+
+    for kind, code in (
+        (EmptyInputError, ErrorCode.empty_input),
+        (InputTooLongError, ErrorCode.input_too_long),
+        (RequestTooLargeError, ErrorCode.request_too_large),
+        (UnknownModelError, ErrorCode.unknown_model),
+    ):
+        if isinstance(exc, kind):
+            return code
+    return ErrorCode.invalid_schema
+
+
+def new_job(
+    store: JobStore,
+    settings: Settings,
+    input_location: str,
+    *,
+    tenant: str = "default",
+    model: str | None = None,
+    input_format: InputFormat = "openai",
+    output_location: str | None = None,
+    error_location: str | None = None,
+    completion_window_s: float | None = 24 * 3600,
+    metadata: dict[str, str] | None = None,
+) -> Job:
+    """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out.
+    Its spools live in ``<state_dir>/jobs/<id>``."""
+    from jobs.store import new_job_id
+
+    job_id = new_job_id()
+    now = datetime.now(UTC)
+    return store.create(
+        id=job_id,
+        tenant=tenant,
+        endpoint="/v1/embeddings",
+        model=model or settings.model,
+        input_location=input_location,
+        input_format=input_format,
+        output_location=output_location,
+        error_location=error_location,
+        spool_dir=str((settings.state_dir / "jobs" / job_id).resolve()),
+        expires_at=now + timedelta(seconds=completion_window_s) if completion_window_s else None,
+        metadata=metadata or {},
+    )

@@ -1,0 +1,83 @@
+"""Input line parsing and the OpenAI output line format, byte for byte."""
+
+from __future__ import annotations
+
+import json
+
+from jobs.formats import (
+    Invalid,
+    Work,
+    failure_line,
+    invalid_line,
+    line_of,
+    parse_line,
+    success_line,
+)
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.messages import EmbeddingResult
+
+
+def openai(custom_id: str, body: dict[str, object], url: str = "/v1/embeddings") -> str:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+def test_openai_lines_become_work_or_a_reason() -> None:
+    ok = parse_line(openai("a", {"model": "all-MiniLM-L6-v2", "input": "hi"}), 1, "openai")
+    assert ok == Work(1, "a", "hi", "all-MiniLM-L6-v2")
+    one = parse_line(openai("b", {"model": "m", "input": ["only"]}), 2, "openai")
+    assert isinstance(one, Work) and one.text == "only"
+    cases = {
+        "{not json": "not JSON",
+        json.dumps({"custom_id": "c", "method": "GET", "url": "/v1/embeddings", "body": {}}): (
+            "method"
+        ),
+        openai("d", {"model": "m", "input": ""}): "empty",
+        openai("e", {"model": "m", "input": ["x", "y"]}): "one input per line",
+        openai("f", {"input": "x"}): "body: model",
+        openai("g", {"model": "m", "input": "x"}, url="/v1/chat/completions"): "not served yet",
+        openai("h", {"model": "m", "input": "x"}, url="/v2/x"): "unknown url",
+        json.dumps([1, 2]): "line",
+    }
+    for raw, reason in cases.items():
+        parsed = parse_line(raw, 7, "openai")
+        assert isinstance(parsed, Invalid), raw
+        assert reason in parsed.reason, (raw, parsed.reason)
+        assert parsed.line == 7
+    wrong = parse_line(openai("e", {"model": "m", "input": ["x", "y"]}), 3, "openai")
+    assert isinstance(wrong, Invalid) and wrong.custom_id == "e"  # known: kept for the error
+
+
+def test_plain_lines() -> None:
+    assert parse_line("just text", 4, "plain") == Work(4, "line-4", "just text", None)
+    assert parse_line('{"id": "x1", "text": "t"}', 5, "plain") == Work(5, "x1", "t", None)
+    assert parse_line('{"id": 7, "text": "t"}', 5, "plain") == Work(5, "7", "t", None)
+    assert isinstance(parse_line("   ", 6, "plain"), Invalid)
+    assert isinstance(parse_line('{"id": "x"}', 6, "plain"), Invalid)
+
+
+def test_output_lines_match_the_documented_format() -> None:
+    work = Work(12, "req-12", "hello", None)
+    result = EmbeddingResult(embedding=[0.5, -0.25], token_count=3)
+    line = success_line("batch_abc", work, "batch_abc-12", "all-MiniLM-L6-v2", result)
+    assert line == (
+        '{"id":"batch_req_batch_abc-12","custom_id":"req-12","response":{"status_code":200,'
+        '"request_id":"batch_abc-12","body":{"object":"list","data":[{"object":"embedding",'
+        '"index":0,"embedding":[0.5,-0.25]}],"model":"all-MiniLM-L6-v2","usage":'
+        '{"prompt_tokens":3,"total_tokens":3}}},"error":null}'
+    )
+    assert line_of(json.loads(line)["id"]) == 12
+
+    failed = failure_line(
+        "batch_abc", 3, "c3", "batch_abc-3", ErrorInfo(code=ErrorCode.input_too_long, message="m")
+    )
+    assert failed == (
+        '{"id":"batch_req_batch_abc-3","custom_id":"c3","response":{"status_code":400,'
+        '"request_id":"batch_abc-3","body":{"error":{"message":"m","type":'
+        '"invalid_request_error","param":null,"code":"input_too_long"}}},"error":null}'
+    )
+    bad = invalid_line("batch_abc", Invalid(9, None, "not JSON: x"))
+    assert bad == (
+        '{"id":"batch_req_batch_abc-9","custom_id":null,"response":null,"error":'
+        '{"code":"invalid_line","message":"line 9: not JSON: x"}}'
+    )
+    assert line_of("no-number-here") is None

@@ -1,0 +1,183 @@
+"""Bulk jobs through the real pipeline (tansu, Redis, SeaweedFS, a dispatcher and a worker
+with the model): OpenAI-format round trip, invalid lines, resume after kill -9, cancel."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from jobs.files import read_lines
+from jobs.lifecycle import JobStatus
+from jobs.runner import JobRunner, RunOptions, new_job
+from jobs.store import JobStore
+from runtime import connections
+from runtime.processes import Pipeline
+from runtime.settings import Settings
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def job_settings(shared_prefix: str, tmp_path: Path) -> Settings:
+    return Settings(
+        topic_prefix=shared_prefix,
+        state_dir=tmp_path / "state",
+        sql_url=f"sqlite:///{tmp_path}/jobs.db",
+        max_batch_tokens=1024,
+    )
+
+
+def openai_line(
+    custom_id: str, text: object, url: str = "/v1/embeddings", model: str = "all-MiniLM-L6-v2"
+) -> str:
+    return json.dumps(
+        {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": url,
+            "body": {"model": model, "input": text},
+        }
+    )
+
+
+def answered_lines(job_spool: Path) -> collections.Counter[str]:
+    """custom_id -> how many output and error lines answer it."""
+    counts: collections.Counter[str] = collections.Counter()
+    for name in ("output.jsonl", "errors.jsonl"):
+        path = job_spool / name
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                counts[json.loads(line)["custom_id"]] += 1
+    return counts
+
+
+def test_openai_batch_round_trip(
+    shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path
+) -> None:
+    settings = job_settings(shared_prefix, tmp_path)
+    lines = [openai_line(f"c{i}", f"sentence number {i} about rivers") for i in range(40)]
+    lines += [
+        "{not json",
+        openai_line("empty", ""),
+        openai_line("chat", "hi", url="/v1/chat/completions"),
+        openai_line("long", "word " * 2000),
+        openai_line("nomodel", "hi", model="no-such-model"),
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bucket = f"t-batch-{uuid.uuid4().hex[:8]}"
+    connections.s3_client(settings).create_bucket(Bucket=bucket)
+    store = JobStore(settings.sql_url)
+    job = new_job(
+        store,
+        settings,
+        str(source),
+        tenant="acme",
+        output_location=f"s3://{bucket}/out.jsonl.zst",
+        error_location=str(tmp_path / "errors.jsonl"),
+    )
+    seen: list[int] = []
+    done = JobRunner(
+        store, job.id, settings, on_progress=lambda j, c: seen.append(c.completed)
+    ).run()
+
+    assert done.state is JobStatus.completed, done.errors
+    assert (done.total, done.completed, done.failed) == (45, 40, 5)
+    assert done.completed_at is not None and seen and seen[-1] == 40
+    outputs = [json.loads(x) for x in read_lines(f"s3://{bucket}/out.jsonl.zst", settings)]
+    assert sorted(o["custom_id"] for o in outputs) == sorted(f"c{i}" for i in range(40))
+    for o in outputs:
+        assert list(o) == ["id", "custom_id", "response", "error"] and o["error"] is None
+        assert o["response"]["status_code"] == 200
+        assert o["response"]["request_id"] == f"{job.id}-{int(o['custom_id'][1:]) + 1}"
+        body = o["response"]["body"]
+        assert len(body["data"][0]["embedding"]) == 384 and body["usage"]["prompt_tokens"] > 0
+    errors = {
+        e["id"].rsplit("-", 1)[1]: e
+        for e in map(json.loads, (tmp_path / "errors.jsonl").read_text().splitlines())
+    }
+    assert set(errors) == {"41", "42", "43", "44", "45"}
+    assert (
+        errors["41"]["error"]["code"] == "invalid_line"
+        and "line 41" in errors["41"]["error"]["message"]
+    )
+    assert errors["42"]["custom_id"] == "empty" and errors["43"]["custom_id"] == "chat"
+    assert errors["44"]["response"]["status_code"] == 400
+    assert errors["44"]["response"]["body"]["error"]["code"] == "input_too_long"
+    assert errors["45"]["response"]["status_code"] == 404
+
+
+def test_resume_after_the_runner_is_killed(
+    shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path
+) -> None:
+    settings = job_settings(shared_prefix, tmp_path)
+    source = tmp_path / "plain.txt"
+    count = 600
+    source.write_text("\n".join(f"plain line {i} of a long file" for i in range(count)) + "\n")
+    store = JobStore(settings.sql_url)
+    job = new_job(store, settings, str(source), input_format="plain")
+    env = {
+        **os.environ,
+        "HEADRACE_TOPIC_PREFIX": shared_prefix,
+        "HEADRACE_STATE_DIR": str(settings.state_dir),
+        "HEADRACE_SQL_URL": settings.sql_url,
+    }
+    cli = [sys.executable, "-m", "runtime.cli", "batch"]
+    runner = subprocess.Popen([*cli, "run", job.id, "--window", "20"], env=env)
+    deadline = time.monotonic() + 120
+    while store.get(job.id).completed < 100:
+        assert runner.poll() is None, "the runner ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    killed = store.get(job.id)
+    assert killed.state is JobStatus.in_progress and killed.completed < count
+
+    subprocess.run([*cli, "resume", job.id, "--wait"], env=env, check=True, timeout=240)
+    done = store.get(job.id)
+    assert done.state is JobStatus.completed, done.errors
+    assert (done.total, done.completed, done.failed) == (count, count, 0)
+    answered = answered_lines(Path(done.spool_dir))
+    assert set(answered) == {f"line-{n}" for n in range(1, count + 1)}
+    assert max(answered.values()) == 1  # nothing answered twice across the kill
+
+
+def test_cancel_mid_run(shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path) -> None:
+    settings = job_settings(shared_prefix, tmp_path)
+    source = tmp_path / "plain.txt"
+    count = 3000
+    source.write_text("\n".join(f"to be cancelled {i}" for i in range(count)) + "\n")
+    store = JobStore(settings.sql_url)
+    job = new_job(store, settings, str(source), input_format="plain")
+    result: list[object] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            JobRunner(store, job.id, settings, RunOptions(window=20, cancel_wait_s=20)).run()
+        )
+    )
+    thread.start()
+    deadline = time.monotonic() + 120
+    while store.get(job.id).completed < 50:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "batch", "cancel", job.id],
+        env={**os.environ, "HEADRACE_SQL_URL": settings.sql_url},
+        check=True,
+    )
+    thread.join(timeout=120)
+    done = store.get(job.id)
+    assert done.state is JobStatus.cancelled and done.cancelled_at is not None
+    assert 50 <= done.completed + done.failed < count
+    answered = answered_lines(Path(done.spool_dir))
+    assert max(answered.values()) == 1 and sum(answered.values()) == done.completed + done.failed
