@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +21,7 @@ from rich.table import Table
 
 from jobs.formats import InputFormat
 from jobs.lifecycle import FINAL, JobStatus
-from jobs.runner import JobRunner, RunOptions, new_job
+from jobs.runner import JobRunner, RunOptions, new_job, start_detached
 from jobs.store import Counts, Job, JobNotFound, JobStore
 from runtime.settings import Settings
 
@@ -53,13 +51,7 @@ def _job_dict(job: Job) -> dict[str, object]:
 
 def _run(settings: Settings, store: JobStore, job_id: str, wait: bool, truncate: bool) -> None:
     if not wait:  # a detached runner carries it out; `status` follows it
-        log_dir = settings.state_dir / "jobs" / job_id
-        log_dir.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "runtime.cli", "batch", "run", job_id]
-        if truncate:
-            argv.append("--truncate")
-        with open(log_dir / "runner.log", "ab") as log:
-            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        start_detached(settings, job_id, truncate)
         console.print(f"{job_id} started in the background; `headrace batch status {job_id}`")
         return
     with Progress(

@@ -19,6 +19,8 @@ custom_ids are read from the on-disk index, and only ``window`` requests are in 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -321,12 +323,21 @@ class JobRunner:
 
     # --- finalizing -----------------------------------------------------------------------
     def _finalize(self, job: Job) -> Job:
-        for name, location in (
-            ("output.jsonl", job.output_location),
-            ("errors.jsonl", job.error_location),
+        """Deliver the spools where the job asked, and register both as files of the job's
+        tenant (``output_file_id``, ``error_file_id``: what the gateway serves)."""
+        file_ids = {}
+        for name, location, field in (
+            ("output.jsonl", job.output_location, "output_file_id"),
+            ("errors.jsonl", job.error_location, "error_file_id"),
         ):
+            spool = self.spool_dir / name
             if location:
-                deliver(self.spool_dir / name, location, self.settings)
+                deliver(spool, location, self.settings)
+            if spool.exists():
+                record = self.store.add_file(job.tenant, "batch_output", name, str(spool))
+                file_ids[field] = record.id
+        if file_ids:
+            self.store.set_fields(job.id, **file_ids)
         return self.store.move(job.id, JobStatus.completed)
 
 
@@ -458,3 +469,15 @@ def new_job(
         expires_at=now + timedelta(seconds=completion_window_s) if completion_window_s else None,
         metadata=metadata or {},
     )
+
+
+def start_detached(settings: Settings, job_id: str, truncate: bool = False) -> None:
+    """Run a job in a process of its own (``headrace batch run``), which outlives its
+    starter; its log is ``runner.log`` in the job's folder."""
+    log_dir = settings.state_dir / "jobs" / job_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "runtime.cli", "batch", "run", job_id]
+    if truncate:
+        argv.append("--truncate")
+    with open(log_dir / "runner.log", "ab") as log_file:
+        subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,6 +7,8 @@ lifecycle and stamps the matching ``<status>_at`` column.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -82,10 +84,34 @@ class Job(_Base):
     cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    input_file_id: Mapped[str | None] = mapped_column(String(64))
+    output_file_id: Mapped[str | None] = mapped_column(String(64))
+    error_file_id: Mapped[str | None] = mapped_column(String(64))
 
     @property
     def state(self) -> JobStatus:
         return JobStatus(self.status)
+
+
+class File(_Base):
+    __tablename__ = "files"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200), index=True)
+    purpose: Mapped[str] = mapped_column(String(32))
+    filename: Mapped[str] = mapped_column(Text)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    location: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ApiKey(_Base):
+    __tablename__ = "api_keys"
+
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200))
+    label: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class JobNotFound(LookupError):
@@ -168,3 +194,49 @@ class JobStore:
     def set_fields(self, job_id: str, **fields: Any) -> None:
         with Session(self.engine) as s, s.begin():
             s.execute(update(Job).where(Job.id == job_id).values(**fields))
+
+    # --- files -----------------------------------------------------------------------------
+    def add_file(self, tenant: str, purpose: str, filename: str, location: str) -> File:
+        size = Path(location).stat().st_size if not location.startswith("s3://") else 0
+        record = File(
+            id=f"file-{uuid.uuid4().hex}",
+            tenant=tenant,
+            purpose=purpose,
+            filename=filename,
+            bytes=size,
+            location=location,
+            created_at=datetime.now(UTC),
+        )
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            s.add(record)
+        return record
+
+    def get_file(self, file_id: str, tenant: str | None = None) -> File:
+        with Session(self.engine, expire_on_commit=False) as s:
+            record = s.get(File, file_id)
+        if record is None or (tenant is not None and record.tenant != tenant):
+            raise JobNotFound(file_id)
+        return record
+
+    # --- API keys: only their SHA-256 is kept ------------------------------------------------
+    def add_api_key(self, tenant: str, label: str = "") -> str:
+        key = f"hr-{secrets.token_urlsafe(32)}"
+        with Session(self.engine) as s, s.begin():
+            s.add(
+                ApiKey(
+                    key_hash=key_hash(key),
+                    tenant=tenant,
+                    label=label,
+                    created_at=datetime.now(UTC),
+                )
+            )
+        return key
+
+    def tenant_of_key(self, key: str) -> str | None:
+        with Session(self.engine) as s:
+            record = s.get(ApiKey, key_hash(key))
+        return record.tenant if record is not None else None
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()

@@ -25,6 +25,8 @@ app.add_typer(dev, name="dev")
 app.add_typer(schema, name="schema")
 app.add_typer(cache, name="cache")
 app.add_typer(batch, name="batch")
+api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
+app.add_typer(api_key, name="api-key")
 console = Console()
 
 
@@ -114,6 +116,31 @@ def worker(
     except WarmUpFailed as exc:
         console.print(f"[red]worker not ready:[/red] {exc}")
         raise typer.Exit(3) from exc
+
+
+@app.command()
+def gateway(
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    log_level: str = "info",
+) -> None:
+    """Serve the OpenAI-compatible HTTP gateway (files, batches, embeddings)."""
+    import uvicorn
+
+    from jobs.gateway import create_app
+
+    uvicorn.run(create_app(Settings()), host=host, port=port, log_level=log_level)
+
+
+@api_key.command("create")
+def api_key_create(
+    tenant: str = typer.Option(..., help="the tenant this key acts for"),
+    label: str = "",
+) -> None:
+    """Make a new gateway API key for TENANT; it is printed once, only its hash is kept."""
+    from jobs.store import JobStore
+
+    print(JobStore(Settings().sql_url).add_api_key(tenant, label))
 
 
 @app.command()

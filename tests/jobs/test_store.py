@@ -51,7 +51,7 @@ def make(store: JobStore, tenant: str = "t1") -> str:
 
 def test_store_migrates_creates_moves_and_isolates(store_url: str) -> None:
     store = JobStore(store_url)
-    assert store.revision() == "0001"
+    assert store.revision() == "0002"
     JobStore(store_url)  # opening again is a no-op migration
     first = make(store)
     other = make(store, tenant="t2")

@@ -1,0 +1,157 @@
+"""The HTTP gateway as a user meets it: a real uvicorn process, a real HTTP client, the
+real pipeline behind it. OpenAI-format round trip, tenant isolation, auth, error shape."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime.processes import Pipeline
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def gateway(
+    shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path
+) -> Iterator[tuple[str, dict[str, str]]]:
+    env = {
+        **os.environ,
+        "HEADRACE_TOPIC_PREFIX": shared_prefix,
+        "HEADRACE_STATE_DIR": str(tmp_path / "state"),
+        "HEADRACE_SQL_URL": f"sqlite:///{tmp_path}/gateway.db",
+    }
+    cli = [sys.executable, "-m", "runtime.cli"]
+    keys = {
+        tenant: subprocess.run(
+            [*cli, "api-key", "create", "--tenant", tenant],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for tenant in ("acme", "globex")
+    }
+    port = free_port()
+    log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([*cli, "gateway", "--port", str(port)], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{url}/openapi.json", timeout=1)
+            break
+        except httpx.TransportError:
+            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.2)
+    yield url, keys
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_batch_round_trip_isolation_and_errors(gateway: tuple[str, dict[str, str]]) -> None:
+    url, keys = gateway
+    acme, globex = auth(keys["acme"]), auth(keys["globex"])
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.get("/openapi.json").json()["info"]["title"] == "headrace gateway"
+        lines = [
+            json.dumps(
+                {
+                    "custom_id": f"r{i}",
+                    "method": "POST",
+                    "url": "/v1/embeddings",
+                    "body": {"model": "all-MiniLM-L6-v2", "input": f"gateway text {i}"},
+                }
+            )
+            for i in range(12)
+        ] + ["not json"]
+        upload = http.post(
+            "/v1/files",
+            headers=acme,
+            files={"file": ("in.jsonl", "\n".join(lines).encode())},
+            data={"purpose": "batch"},
+        )
+        assert upload.status_code == 200, upload.text
+        file_id = upload.json()["id"]
+        assert upload.json()["object"] == "file" and upload.json()["bytes"] > 0
+
+        created = http.post(
+            "/v1/batches",
+            headers=acme,
+            json={
+                "input_file_id": file_id,
+                "endpoint": "/v1/embeddings",
+                "completion_window": "24h",
+            },
+        )
+        assert created.status_code == 200, created.text
+        batch = created.json()
+        assert batch["object"] == "batch" and batch["status"] == "validating"
+        deadline = time.monotonic() + 120
+        while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
+            assert time.monotonic() < deadline, batch
+            time.sleep(0.3)
+            batch = http.get(f"/v1/batches/{batch['id']}", headers=acme).json()
+        assert batch["status"] == "completed", batch
+        assert batch["request_counts"] == {"total": 13, "completed": 12, "failed": 1}
+        out = http.get(f"/v1/files/{batch['output_file_id']}/content", headers=acme)
+        outputs = [json.loads(x) for x in out.text.splitlines()]
+        assert sorted(o["custom_id"] for o in outputs) == sorted(f"r{i}" for i in range(12))
+        assert all(list(o) == ["id", "custom_id", "response", "error"] for o in outputs)
+        assert all(len(o["response"]["body"]["data"][0]["embedding"]) == 384 for o in outputs)
+        errors = http.get(f"/v1/files/{batch['error_file_id']}/content", headers=acme).text
+        assert json.loads(errors)["error"]["code"] == "invalid_line"
+        listed = http.get("/v1/batches", headers=acme).json()
+        assert [b["id"] for b in listed["data"]] == [batch["id"]]
+
+        # another tenant sees none of it: 404 in OpenAI's error shape
+        for path in (f"/v1/files/{file_id}", f"/v1/batches/{batch['id']}"):
+            other = http.get(path, headers=globex)
+            assert other.status_code == 404
+            assert set(other.json()["error"]) == {"message", "type", "param", "code"}
+        assert http.get("/v1/batches", headers=globex).json()["data"] == []
+        cancel = http.post(f"/v1/batches/{batch['id']}/cancel", headers=globex)
+        assert cancel.status_code == 404
+
+        # no key, a wrong key
+        assert http.get("/v1/batches").json()["error"]["code"] == "missing_api_key"
+        wrong = http.get("/v1/batches", headers=auth("hr-not-a-key"))
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_synchronous_embeddings(gateway: tuple[str, dict[str, str]]) -> None:
+    url, keys = gateway
+    with httpx.Client(base_url=url, timeout=60, headers=auth(keys["acme"])) as http:
+        ok = http.post(
+            "/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": ["a river", "a canal"]}
+        )
+        assert ok.status_code == 200, ok.text
+        body = ok.json()
+        assert [d["index"] for d in body["data"]] == [0, 1]
+        assert len(body["data"][1]["embedding"]) == 384 and body["usage"]["prompt_tokens"] > 0
+        unknown = http.post("/v1/embeddings", json={"model": "gpt-9", "input": "x"})
+        assert unknown.status_code == 404
+        assert unknown.json()["error"]["code"] == "model_not_found"
+        empty = http.post("/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": "  "})
+        assert empty.status_code == 400 and empty.json()["error"]["type"] == "invalid_request_error"
