@@ -132,7 +132,7 @@ def line_of(output_id: str) -> int | None:
 
 
 def success_line(
-    job_id: str, work: Work, request_id: str, model: str, result: EmbeddingResult
+    job_id: str, line: int, custom_id: str, request_id: str, model: str, result: EmbeddingResult
 ) -> str:
     body = {
         "object": "list",
@@ -142,8 +142,8 @@ def success_line(
     }
     return _dump(
         job_id,
-        work.line,
-        work.custom_id,
+        line,
+        custom_id,
         ResponseBody(status_code=200, request_id=request_id, body=body),
         None,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import threading
 import uuid
@@ -20,12 +21,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, File, Form, Header, HTTPException, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import AnyHttpUrl, BaseModel, Field
 
 from jobs.files import is_s3
 from jobs.formats import STATUS_OF
 from jobs.lifecycle import FINAL, JobStatus
 from jobs.runner import new_job, start_detached
+from jobs.single import KIND, job_object
 from jobs.store import Job, JobNotFound, JobStore
 from producers.client import Client
 from runtime.settings import Settings
@@ -44,6 +46,13 @@ class BatchCreate(BaseModel):
     input_file_id: str
     endpoint: Literal["/v1/embeddings"]
     completion_window: Literal["24h"] = "24h"
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+
+
+class JobCreate(BaseModel):
+    model: str = "all-MiniLM-L6-v2"
+    input: str = Field(min_length=1)
+    webhook_url: AnyHttpUrl | None = None
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
 
 
@@ -170,7 +179,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/v1/batches")
     def list_batches(tenant: Tenant, limit: int = 20) -> dict[str, Any]:
-        data = [batch_object(j) for j in store.list(tenant=tenant, limit=min(limit, 100))]
+        jobs = store.list(tenant=tenant, limit=min(limit, 100))
+        data = [batch_object(j) for j in jobs if j.metadata_.get("kind") != KIND]
         return {
             "object": "list",
             "data": data,
@@ -185,6 +195,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if job.state not in FINAL and job.state is not JobStatus.cancelling:
             store.move(job.id, JobStatus.cancelling)
         return batch_object(store.get(job.id))
+
+    # --- single asynchronous jobs ---------------------------------------------------------
+    @app.post("/v1/jobs")
+    def create_job(tenant: Tenant, body: JobCreate) -> dict[str, Any]:
+        files_dir.mkdir(parents=True, exist_ok=True)
+        source = files_dir / f"job-{uuid.uuid4().hex}.jsonl"
+        line = {
+            "custom_id": "job",
+            "method": "POST",
+            "url": EMBEDDINGS_URL,
+            "body": {"model": body.model, "input": body.input},
+        }
+        source.write_text(json.dumps(line) + "\n", encoding="utf-8")
+        metadata: dict[str, str] = {**(body.metadata or {}), "kind": KIND}
+        if body.webhook_url is not None:
+            metadata["webhook_url"] = str(body.webhook_url)
+        job = new_job(store, settings, str(source), tenant=tenant, metadata=metadata)
+        start_detached(settings, job.id)
+        return job_object(store.get(job.id))
+
+    @app.get("/v1/jobs/{job_id}")
+    def get_job(tenant: Tenant, job_id: str) -> dict[str, Any]:
+        job = _job(store, job_id, tenant)
+        if job.metadata_.get("kind") != KIND:
+            raise ApiError(404, f"no job {job_id}", "job_not_found")
+        return job_object(job)
 
     # --- synchronous embeddings --------------------------------------------------------------
     @app.post(EMBEDDINGS_URL)

@@ -43,12 +43,13 @@ from jobs.formats import (
 )
 from jobs.index import CustomIds
 from jobs.lifecycle import FINAL, JobStatus
+from jobs.single import job_object, notify
 from jobs.store import Counts, Job, JobStore
 from producers.client import Client
 from runtime import connections
 from runtime.settings import Settings
 from schemas.errors import ErrorCode, ErrorInfo, InvalidRequestError
-from schemas.messages import Reply
+from schemas.messages import Reply, Request
 from schemas.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,16 @@ class JobRunner:
             if current.state not in FINAL:
                 job = self.store.move(self.job_id, JobStatus.failed, f"{type(exc).__name__}: {exc}")
             raise
+        finally:
+            self._maybe_notify()
         return job
+
+    def _maybe_notify(self) -> None:
+        """A single job with a webhook: POST its final view once it ended."""
+        job = self.store.get(self.job_id)
+        url = job.metadata_.get("webhook_url")
+        if url and job.state in FINAL:
+            notify(url, job_object(job))
 
     # --- validating -----------------------------------------------------------------------
     def _validate(self, job: Job) -> Job:
@@ -239,28 +249,38 @@ class JobRunner:
     ) -> None:
         if not chunk:
             return
-        prepared: list[tuple[Work, object]] = []
-        for work in chunk:  # one by one: a bad text fails its own line only
-            try:
-                [(request, bucket)] = client.prepare(
-                    [work.text],
-                    model=work.model or job.model,
-                    request_ids=[request_id(job.id, work.line)],
+        prepared: list[tuple[Work, Request, int]] = []
+        by_model: dict[str, list[Work]] = {}
+        for work in chunk:
+            by_model.setdefault(work.model or job.model, []).append(work)
+        for model, works in by_model.items():
+            try:  # the whole chunk at once (the tokenizer is much faster on a batch) ...
+                ready = client.prepare(
+                    [w.text for w in works],
+                    model=model,
+                    request_ids=[request_id(job.id, w.line) for w in works],
                     truncate=self.options.truncate,
                 )
-            except InvalidRequestError as exc:
-                error = ErrorInfo(code=_code_of(exc), message=str(exc))
-                state.answer(
-                    work.line,
-                    failure_line(
-                        job.id, work.line, work.custom_id, request_id(job.id, work.line), error
-                    ),
-                    errors,
-                    failed=True,
-                )
+                prepared += [(w, r, b) for w, (r, b) in zip(works, ready, strict=True)]
                 continue
-            prepared.append((work, (request, bucket)))
-        for work, (request, bucket) in prepared:  # type: ignore[misc]
+            except InvalidRequestError:
+                pass
+            for work in works:  # ... else one by one: a bad text fails its own line only
+                try:
+                    [(request, bucket)] = client.prepare(
+                        [work.text],
+                        model=model,
+                        request_ids=[request_id(job.id, work.line)],
+                        truncate=self.options.truncate,
+                    )
+                except InvalidRequestError as exc:
+                    error = ErrorInfo(code=_code_of(exc), message=str(exc))
+                    rid = request_id(job.id, work.line)
+                    out = failure_line(job.id, work.line, work.custom_id, rid, error)
+                    state.answer(work.line, out, errors, failed=True)
+                    continue
+                prepared.append((work, request, bucket))
+        for work, request, bucket in prepared:
             if not state.wait_for_room(self.options.window, stop):
                 return
             client.send_nowait(request, bucket)
@@ -288,11 +308,10 @@ class JobRunner:
         if state.is_answered(line) or not 1 <= line <= job.total:
             return  # a duplicate, or a reply the spools already hold
         custom_id = ids.get(line)
-        work = Work(line, custom_id, "", None)
         if reply.result is not None:
             state.answer(
                 line,
-                success_line(job.id, work, reply.request_id, reply.model, reply.result),
+                success_line(job.id, line, custom_id, reply.request_id, reply.model, reply.result),
                 outputs,
                 failed=False,
             )

@@ -56,9 +56,8 @@ def test_plain_lines() -> None:
 
 
 def test_output_lines_match_the_documented_format() -> None:
-    work = Work(12, "req-12", "hello", None)
     result = EmbeddingResult(embedding=[0.5, -0.25], token_count=3)
-    line = success_line("batch_abc", work, "batch_abc-12", "all-MiniLM-L6-v2", result)
+    line = success_line("batch_abc", 12, "req-12", "batch_abc-12", "all-MiniLM-L6-v2", result)
     assert line == (
         '{"id":"batch_req_batch_abc-12","custom_id":"req-12","response":{"status_code":200,'
         '"request_id":"batch_abc-12","body":{"object":"list","data":[{"object":"embedding",'

@@ -3,11 +3,13 @@ real pipeline behind it. OpenAI-format round trip, tenant isolation, auth, error
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,3 +157,45 @@ def test_synchronous_embeddings(gateway: tuple[str, dict[str, str]]) -> None:
         assert unknown.json()["error"]["code"] == "model_not_found"
         empty = http.post("/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": "  "})
         assert empty.status_code == 400 and empty.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_single_async_job_with_webhook(gateway: tuple[str, dict[str, str]]) -> None:
+    url, keys = gateway
+    received: list[dict[str, object]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(json.loads(body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    hook = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    hook_url = f"http://127.0.0.1:{hook.server_address[1]}/done"
+    try:
+        with httpx.Client(base_url=url, timeout=30, headers=auth(keys["acme"])) as http_client:
+            created = http_client.post(
+                "/v1/jobs",
+                json={"input": "one text, later", "webhook_url": hook_url, "metadata": {"k": "v"}},
+            )
+            assert created.status_code == 200, created.text
+            job = created.json()
+            assert job["object"] == "job" and job["response"] is None
+            deadline = time.monotonic() + 90
+            while not received:
+                assert time.monotonic() < deadline, "no webhook call"
+                time.sleep(0.2)
+            done = http_client.get(f"/v1/jobs/{job['id']}").json()
+            assert done == received[0]
+            assert done["status"] == "completed" and done["metadata"] == {"k": "v"}
+            assert len(done["response"]["body"]["data"][0]["embedding"]) == 384
+            other = http_client.get(f"/v1/jobs/{job['id']}", headers=auth(keys["globex"]))
+            assert other.status_code == 404
+            listed = http_client.get("/v1/batches").json()["data"]
+            assert job["id"] not in [b["id"] for b in listed]  # a job is not a batch
+    finally:
+        hook.shutdown()
