@@ -62,6 +62,20 @@ class EmbeddingsCreate(BaseModel):
     encoding_format: Literal["float"] = "float"
 
 
+def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    """The tenant of the request's bearer API key (401 without one or with a wrong one)."""
+    if not authorization or not authorization.startswith("Bearer "):
+        raise ApiError(401, "no API key: send Authorization: Bearer <key>", "missing_api_key")
+    store: JobStore = request.app.state.store
+    tenant = store.tenant_of_key(authorization.removeprefix("Bearer ").strip())
+    if tenant is None:
+        raise ApiError(401, "incorrect API key", "invalid_api_key")
+    return tenant
+
+
+Tenant = Annotated[str, Depends(tenant_of)]
+
+
 def _unix(moment: datetime | None) -> int | None:
     return int(moment.timestamp()) if moment is not None else None
 
@@ -105,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             client.close()
 
     app = FastAPI(title="headrace gateway", version="1", lifespan=lifespan)
+    app.state.store = store
 
     def client_for(tenant: str) -> Client:
         with clients_lock:
@@ -118,16 +133,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         kind = getattr(exc, "kind", "invalid_request_error")
         body = {"error": {"message": exc.detail, "type": kind, "param": None, "code": code}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
-
-    def tenant_of(authorization: Annotated[str | None, Header()] = None) -> str:
-        if not authorization or not authorization.startswith("Bearer "):
-            raise ApiError(401, "no API key: send Authorization: Bearer <key>", "missing_api_key")
-        tenant = store.tenant_of_key(authorization.removeprefix("Bearer ").strip())
-        if tenant is None:
-            raise ApiError(401, "incorrect API key", "invalid_api_key")
-        return tenant
-
-    Tenant = Annotated[str, Depends(tenant_of)]
 
     def file_object(record: Any) -> dict[str, Any]:
         return {
