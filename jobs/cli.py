@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Annotated
@@ -127,6 +128,8 @@ def create(
 @batch.command("run", hidden=True)
 def run(job_id: str, truncate: bool = False, window: int = RunOptions.window) -> None:
     """Carry out a job in this process (what `create` and `resume` start in the background)."""
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
     settings = Settings()
     options = RunOptions(truncate=truncate, window=window)
     JobRunner(_store(settings), job_id, settings, options).run()

@@ -215,6 +215,7 @@ class JobRunner:
     def _submit_all(
         self, job: Job, client: Client, state: _Progress, errors: Spool, stop: threading.Event
     ) -> None:
+        started = time.monotonic()
         try:
             chunk: list[Work] = []
             for work in self._pending_work(job, state):
@@ -226,6 +227,14 @@ class JobRunner:
                     return
             self._submit_chunk(job, client, chunk, state, errors, stop)
             state.all_submitted()
+            took = time.monotonic() - started
+            log.info(
+                "job %s: submitted %d requests in %.2f s (%.0f/s)",
+                job.id,
+                state.submitted_count,
+                took,
+                state.submitted_count / max(took, 1e-9),
+            )
         except Exception as exc:  # the collector raises it at its next checkpoint
             log.exception("submitting job %s failed", job.id)
             state.submit_error = exc
@@ -373,6 +382,7 @@ class _Progress:
         self._in_air: set[int] = set()
         self._all_submitted = False
         self.submit_error: Exception | None = None
+        self.submitted_count = 0
 
     def mark_from_output(self, output_line: str, failed: bool) -> None:
         import json
@@ -414,6 +424,7 @@ class _Progress:
 
     def submitted(self, line: int) -> None:
         with self.lock:
+            self.submitted_count += 1
             if not self.answered[line]:
                 self._in_air.add(line)
 

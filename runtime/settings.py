@@ -68,6 +68,8 @@ class Settings(BaseSettings):
 
     # --- model -----------------------------------------------------------------------
     model: str = "all-MiniLM-L6-v2"
+    # "echo": a labelled stand-in that runs no model, for benchmarks of the pipeline path
+    worker_backend: Literal["model", "echo"] = "model"
     torch_threads: int | None = None
     device: str = "auto"  # "auto" picks cuda when present, else cpu
     load_weights_timeout_s: float = Field(default=300.0, gt=0)

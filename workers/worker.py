@@ -35,6 +35,7 @@ from schemas.messages import Batch, Reply
 from schemas.topics import Topics
 from workers.backends import EmbeddingBackend
 from workers.backends.base import Backend
+from workers.backends.echo import EchoBackend
 from workers.batch_runner import BatchContext, run_batch
 from workers.faults import FaultyBackend
 from workers.ledger import Ledger
@@ -90,9 +91,12 @@ def load_backend(settings: Settings, buckets: list[int]) -> Backend:
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     spec = model_spec(settings.model)
-    backend: Backend = EmbeddingBackend(
-        spec.name, spec.path, spec.max_tokens, device=settings.device
-    )
+    backend: Backend
+    if settings.worker_backend == "echo":
+        log.warning("ECHO BACKEND: no model runs; replies are not embeddings (benchmarks only)")
+        backend = EchoBackend(spec.name, spec.path, spec.max_tokens)
+    else:
+        backend = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device=settings.device)
     if settings.fault_poison_marker or settings.fault_crash_marker or settings.fault_slow_marker:
         log.warning("FAULT INJECTION ENABLED: this worker fails marked inputs on purpose")
         backend = FaultyBackend(

@@ -26,6 +26,24 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
     return tokenizer
 
 
+def encode_texts(
+    tokenizer: Tokenizer, max_tokens: int, texts: list[str], truncate: list[bool]
+) -> list[EncodedItem]:
+    """Token ids per text; past ``max_tokens`` cut (keeping the closing [SEP]) where asked,
+    else marked too long."""
+    items = []
+    for encoding, cut in zip(tokenizer.encode_batch(texts), truncate, strict=True):
+        ids = encoding.ids
+        if len(ids) <= max_tokens:
+            items.append(EncodedItem(ids=ids, token_count=len(ids)))
+        elif cut:
+            kept = ids[: max_tokens - 1] + ids[-1:]
+            items.append(EncodedItem(ids=kept, token_count=len(kept), truncated=True))
+        else:
+            items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
+    return items
+
+
 class EmbeddingBackend:
     def __init__(self, name: str, model_dir: Path, max_tokens: int, device: str = "auto") -> None:
         self.name = name
@@ -71,17 +89,7 @@ class EmbeddingBackend:
 
     # --- the batch path -----------------------------------------------------------------
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
-        items = []
-        for encoding, cut in zip(self.tokenizer.encode_batch(texts), truncate, strict=True):
-            ids = encoding.ids
-            if len(ids) <= self.max_tokens:
-                items.append(EncodedItem(ids=ids, token_count=len(ids)))
-            elif cut:
-                kept = ids[: self.max_tokens - 1] + ids[-1:]  # keep the closing [SEP]
-                items.append(EncodedItem(ids=kept, token_count=len(kept), truncated=True))
-            else:
-                items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
-        return items
+        return encode_texts(self.tokenizer, self.max_tokens, texts, truncate)
 
     def embed(
         self, items: list[EncodedItem], normalize: list[bool]

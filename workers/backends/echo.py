@@ -1,0 +1,45 @@
+"""ECHO BACKEND, for benchmarks of the pipeline path only: no model runs. It tokenises like
+the real model (so buckets, token counts and limits are real) and answers every input with a
+4-number vector derived from its length. Chosen by ``worker_backend = "echo"``; the worker
+logs a warning, and nothing it returns is an embedding."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from workers.backends.base import EncodedItem, LoadTimings
+from workers.backends.embedding import encode_texts, load_tokenizer
+
+ECHO_DIM = 4
+
+
+class EchoBackend:
+    def __init__(self, name: str, model_dir: Path, max_tokens: int) -> None:
+        self.name = f"{name} (echo backend: no model)"
+        self.max_tokens = max_tokens
+        self.device = "none"
+        self.timings = LoadTimings()
+        self.tokenizer = load_tokenizer(model_dir)
+
+    def load_weights(self) -> None:
+        pass
+
+    def build(self) -> None:
+        pass
+
+    def warm_up(self, buckets: list[int]) -> None:
+        start = time.perf_counter()
+        items = [EncodedItem(ids=[1] * min(b, self.max_tokens), token_count=b) for b in buckets]
+        self.embed(items, [True] * len(items))
+        self.timings.warm_up_s = time.perf_counter() - start
+
+    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
+        return encode_texts(self.tokenizer, self.max_tokens, texts, truncate)
+
+    def embed(
+        self, items: list[EncodedItem], normalize: list[bool]
+    ) -> tuple[list[list[float]], int, int]:
+        longest = max(len(item.ids) for item in items)
+        vectors = [[len(item.ids) / 1000.0, 0.0, 0.0, 1.0] for item in items]
+        return vectors, sum(len(item.ids) for item in items), len(items) * longest
