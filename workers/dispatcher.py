@@ -412,15 +412,18 @@ class Dispatcher:
         self._renew_consumer(f"no partitions for {now - self._unassigned_since:.0f}s")
 
     def _watch_fetches(self, assignment: set[TopicPartition]) -> None:
+        """Only an idle bucket counts: one with batches in flight or waiting, or paused by
+        backpressure, is not meant to read (a flood once tripped the watch: its bucket was
+        paused and resumed between the checks)."""
         paused = set(self.consumer.paused())
         for tp in assignment:
+            bucket = self.bucket_of_topic.get(tp.topic)
+            busy = bucket is None or tp in paused or self._bucket_busy(bucket)
             try:
-                position = self.consumer.position(tp, timeout_ms=0) if tp not in paused else None
+                position = self.consumer.position(tp, timeout_ms=0) if not busy else None
             except KafkaError:  # revoked meanwhile, or no position yet
                 continue
-            remedy = self.fetch_watch.observe(
-                tp, position, self.consumer.highwater(tp), tp in paused
-            )
+            remedy = self.fetch_watch.observe(tp, position, self.consumer.highwater(tp), busy)
             if remedy is Remedy.seek:
                 log.warning(
                     "%s:%d: no records for %.0fs at offset %s though the log ends at %s; "
@@ -436,6 +439,14 @@ class Dispatcher:
             elif remedy is Remedy.renew:
                 self._renew_consumer(f"{tp.topic}:{tp.partition} stalled at offset {position}")
                 return
+
+    def _bucket_busy(self, bucket: int) -> bool:
+        return bool(
+            bucket in self.paused
+            or self.flights.in_flight_count[bucket]
+            or self.flights.ready[bucket]
+            or len(self.batchers[bucket])
+        )
 
     def _renew_consumer(self, why: str) -> None:
         log.warning("%s; replacing the consumer (it joins the group again)", why)

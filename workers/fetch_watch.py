@@ -34,11 +34,13 @@ class FetchWatch:
         self._stuck: dict[Hashable, _Stuck] = {}
 
     def observe(
-        self, tp: Hashable, position: int | None, highwater: int | None, paused: bool
+        self, tp: Hashable, position: int | None, highwater: int | None, busy: bool
     ) -> Remedy | None:
+        """``busy``: the partition is not meant to be read now (paused, or its bucket has
+        work in flight or waiting); that resets its timer."""
         now = self.clock()
-        if paused or position is None or highwater is None or position >= highwater:
-            self._stuck.pop(tp, None)  # nothing to read, or not meant to read it
+        if busy or position is None or highwater is None or position >= highwater:
+            self._stuck.pop(tp, None)  # nothing to read, or not meant to read it now
             return None
         stuck = self._stuck.get(tp)
         if stuck is None or stuck.position != position:

@@ -16,7 +16,7 @@ ECHO_DIM = 4
 
 class EchoBackend:
     def __init__(self, name: str, model_dir: Path, max_tokens: int) -> None:
-        self.name = f"{name} (echo backend: no model)"
+        self.name = name  # requests name the model; the worker's log says ECHO BACKEND
         self.max_tokens = max_tokens
         self.device = "none"
         self.timings = LoadTimings()

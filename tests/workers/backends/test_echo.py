@@ -9,7 +9,7 @@ from workers.backends.echo import ECHO_DIM, EchoBackend
 def test_echo_backend_tokenises_like_the_model_and_says_what_it_is() -> None:
     spec = model_spec("all-MiniLM-L6-v2")
     echo = EchoBackend(spec.name, spec.path, spec.max_tokens)
-    assert "echo backend" in echo.name
+    assert echo.name == spec.name and echo.device == "none"
     echo.load_weights()
     echo.build()
     echo.warm_up([16, 512])
