@@ -51,12 +51,13 @@ def run_one(settings: Settings, env: dict[str, str], lines: int, window: int) ->
     store = JobStore(settings.sql_url)
     job = new_job(store, settings, str(source), input_format="plain")
     started = time.monotonic()
+    log_path = settings.state_dir / f"runner-{lines}.log"
+    log_file = open(log_path, "wb")  # noqa: SIM115 - closed below (a pipe would fill and block it)
     proc = subprocess.Popen(
         [sys.executable, "-m", "runtime.cli", "batch", "run", job.id, "--window", str(window)],
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=log_file,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     peak = first = 0
     while proc.poll() is None:
@@ -66,7 +67,8 @@ def run_one(settings: Settings, env: dict[str, str], lines: int, window: int) ->
             first = now
         time.sleep(0.1)
     wall = time.monotonic() - started
-    log = proc.stdout.read() if proc.stdout else ""
+    log_file.close()
+    log = log_path.read_text(errors="replace")
     done = store.get(job.id)
     if done.state is not JobStatus.completed:
         raise SystemExit(f"job ended {done.status}: {done.errors}\n{log[-3000:]}")

@@ -290,8 +290,10 @@ class JobRunner:
                     continue
                 prepared.append((work, request, bucket))
         for work, request, bucket in prepared:
-            if not state.wait_for_room(self.options.window, stop):
-                return
+            if not state.has_room(self.options.window):
+                client.flush()  # what waits for room must be on the broker, not in a buffer
+                if not state.wait_for_room(self.options.window, stop):
+                    return
             client.send_nowait(request, bucket)
             state.submitted(work.line)
         client.flush()
@@ -413,6 +415,10 @@ class _Progress:
                 self.completed += 1
             self._in_air.discard(line)
             self._room.notify_all()
+
+    def has_room(self, window: int) -> bool:
+        with self.lock:
+            return len(self._in_air) < window
 
     def wait_for_room(self, window: int, stop: threading.Event) -> bool:
         with self._room:
