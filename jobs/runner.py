@@ -48,7 +48,7 @@ from jobs.store import Counts, Job, JobStore
 from producers.client import Client
 from runtime import connections
 from runtime.settings import Settings
-from schemas.errors import ErrorCode, ErrorInfo, InvalidRequestError
+from schemas.errors import ErrorInfo, InvalidRequestError
 from schemas.messages import Reply, Request
 from schemas.topics import Topics
 
@@ -283,7 +283,7 @@ class JobRunner:
                         truncate=self.options.truncate,
                     )
                 except InvalidRequestError as exc:
-                    error = ErrorInfo(code=_code_of(exc), message=str(exc))
+                    error = ErrorInfo(code=exc.code, message=str(exc))
                     rid = request_id(job.id, work.line)
                     out = failure_line(job.id, work.line, work.custom_id, rid, error)
                     state.answer(work.line, out, errors, failed=True)
@@ -452,25 +452,6 @@ class _Progress:
 
 def _fmt(job: Job) -> InputFormat:
     return "plain" if job.input_format == "plain" else "openai"
-
-
-def _code_of(exc: InvalidRequestError) -> ErrorCode:
-    from schemas.errors import (
-        EmptyInputError,
-        InputTooLongError,
-        RequestTooLargeError,
-        UnknownModelError,
-    )
-
-    for kind, code in (
-        (EmptyInputError, ErrorCode.empty_input),
-        (InputTooLongError, ErrorCode.input_too_long),
-        (RequestTooLargeError, ErrorCode.request_too_large),
-        (UnknownModelError, ErrorCode.unknown_model),
-    ):
-        if isinstance(exc, kind):
-            return code
-    return ErrorCode.invalid_schema
 
 
 def new_job(
