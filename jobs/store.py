@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -114,6 +114,9 @@ class ApiKey(_Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+Owned = TypeVar("Owned", Job, File)
+
+
 class JobNotFound(LookupError):
     """No job with this id for this tenant (another tenant's job is not found either)."""
 
@@ -159,16 +162,10 @@ class JobStore:
             errors=[],
             **fields,
         )
-        with Session(self.engine, expire_on_commit=False) as s, s.begin():
-            s.add(job)
-        return job
+        return self._add(job)
 
     def get(self, job_id: str, tenant: str | None = None) -> Job:
-        with Session(self.engine, expire_on_commit=False) as s:
-            job = s.get(Job, job_id)
-        if job is None or (tenant is not None and job.tenant != tenant):
-            raise JobNotFound(job_id)
-        return job
+        return self._owned(Job, job_id, tenant)
 
     def list(self, tenant: str | None = None, limit: int = 20) -> list[Job]:
         query = select(Job).order_by(Job.created_at.desc()).limit(limit)
@@ -207,16 +204,24 @@ class JobStore:
             location=location,
             created_at=datetime.now(UTC),
         )
-        with Session(self.engine, expire_on_commit=False) as s, s.begin():
-            s.add(record)
-        return record
+        return self._add(record)
 
     def get_file(self, file_id: str, tenant: str | None = None) -> File:
+        return self._owned(File, file_id, tenant)
+
+    # --- rows of one tenant ------------------------------------------------------------------
+    def _add(self, row: Owned) -> Owned:
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            s.add(row)
+        return row
+
+    def _owned(self, model: type[Owned], key: str, tenant: str | None) -> Owned:
+        """The row ``key`` of ``model``; not found when it belongs to another tenant."""
         with Session(self.engine, expire_on_commit=False) as s:
-            record = s.get(File, file_id)
-        if record is None or (tenant is not None and record.tenant != tenant):
-            raise JobNotFound(file_id)
-        return record
+            row = s.get(model, key)
+        if row is None or (tenant is not None and row.tenant != tenant):
+            raise JobNotFound(key)
+        return row
 
     # --- API keys: only their SHA-256 is kept ------------------------------------------------
     def add_api_key(self, tenant: str, label: str = "") -> str:
