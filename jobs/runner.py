@@ -12,7 +12,7 @@
 - **cancelling**: no more requests are submitted; the unanswered ones are cancelled through
   the control topic and their replies awaited (up to ``cancel_wait_s``), then cancelled.
 
-Memory stays flat: lines are streamed, the answered set is a bitmap (one byte per line),
+Memory stays flat: lines are streamed, the answered set is a bitmap (``jobs/progress.py``),
 custom_ids are read from the on-disk index, and only ``window`` requests are in the air.
 """
 
@@ -37,12 +37,12 @@ from jobs.formats import (
     Work,
     failure_line,
     invalid_line,
-    line_of,
     parse_line,
     success_line,
 )
 from jobs.index import CustomIds
 from jobs.lifecycle import FINAL, JobStatus
+from jobs.progress import Progress
 from jobs.single import job_object, notify
 from jobs.store import Counts, Job, JobStore
 from producers.client import Client
@@ -150,7 +150,7 @@ class JobRunner:
         outputs = Spool(self.spool_dir / "output.jsonl")
         errors = Spool(self.spool_dir / "errors.jsonl")
         ids = CustomIds(self.spool_dir)
-        state = _Progress(job.total)
+        state = Progress(job.total)
         for spool, failed in ((outputs, False), (errors, True)):
             for text in spool.lines():
                 state.mark_from_output(text, failed)
@@ -213,7 +213,7 @@ class JobRunner:
         return self.store.move(job.id, JobStatus.finalizing)
 
     def _submit_all(
-        self, job: Job, client: Client, state: _Progress, errors: Spool, stop: threading.Event
+        self, job: Job, client: Client, state: Progress, errors: Spool, stop: threading.Event
     ) -> None:
         started = time.monotonic()
         try:
@@ -239,7 +239,7 @@ class JobRunner:
             log.exception("submitting job %s failed", job.id)
             state.submit_error = exc
 
-    def _pending_work(self, job: Job, state: _Progress) -> Iterator[Work]:
+    def _pending_work(self, job: Job, state: Progress) -> Iterator[Work]:
         for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
             if state.is_answered(n):
                 continue
@@ -252,7 +252,7 @@ class JobRunner:
         job: Job,
         client: Client,
         chunk: list[Work],
-        state: _Progress,
+        state: Progress,
         errors: Spool,
         stop: threading.Event,
     ) -> None:
@@ -302,7 +302,7 @@ class JobRunner:
         self,
         job: Job,
         value: bytes | None,
-        state: _Progress,
+        state: Progress,
         outputs: Spool,
         errors: Spool,
         ids: CustomIds,
@@ -336,7 +336,7 @@ class JobRunner:
             )
 
     def _checkpoint(
-        self, job: Job, state: _Progress, outputs: Spool, errors: Spool, offset: int
+        self, job: Job, state: Progress, outputs: Spool, errors: Spool, offset: int
     ) -> None:
         with state.lock:
             outputs.checkpoint()
@@ -369,85 +369,6 @@ class JobRunner:
         if file_ids:
             self.store.set_fields(job.id, **file_ids)
         return self.store.move(job.id, JobStatus.completed)
-
-
-class _Progress:
-    """Which lines are answered (a bitmap), counts, and the submission window."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.answered = bytearray(total + 1)
-        self.completed = 0
-        self.failed = 0
-        self.lock = threading.Lock()
-        self._room = threading.Condition(self.lock)
-        self._in_air: set[int] = set()
-        self._all_submitted = False
-        self.submit_error: Exception | None = None
-        self.submitted_count = 0
-
-    def mark_from_output(self, output_line: str, failed: bool) -> None:
-        import json
-
-        try:
-            line = line_of(json.loads(output_line)["id"])
-        except (ValueError, KeyError, TypeError):
-            return
-        if line is not None and 1 <= line <= self.total and not self.answered[line]:
-            self.answered[line] = 1
-            if failed:
-                self.failed += 1
-            else:
-                self.completed += 1
-
-    def is_answered(self, line: int) -> bool:
-        return bool(self.answered[line]) if 0 <= line <= self.total else True
-
-    def answer(self, line: int, output: str, spool: Spool, failed: bool) -> None:
-        with self.lock:
-            if self.answered[line]:
-                return
-            self.answered[line] = 1
-            spool.append(output)
-            if failed:
-                self.failed += 1
-            else:
-                self.completed += 1
-            self._in_air.discard(line)
-            self._room.notify_all()
-
-    def has_room(self, window: int) -> bool:
-        with self.lock:
-            return len(self._in_air) < window
-
-    def wait_for_room(self, window: int, stop: threading.Event) -> bool:
-        with self._room:
-            while len(self._in_air) >= window:
-                if stop.is_set():
-                    return False
-                self._room.wait(0.2)
-        return not stop.is_set()
-
-    def submitted(self, line: int) -> None:
-        with self.lock:
-            self.submitted_count += 1
-            if not self.answered[line]:
-                self._in_air.add(line)
-
-    def all_submitted(self) -> None:
-        with self.lock:
-            self._all_submitted = True
-
-    def unanswered_submitted(self) -> list[int]:
-        with self.lock:
-            return sorted(self._in_air)
-
-    def counts(self) -> Counts:
-        return Counts(self.total, self.completed, self.failed)
-
-    def done(self) -> bool:
-        with self.lock:
-            return self.completed + self.failed >= self.total
 
 
 def _fmt(job: Job) -> InputFormat:
