@@ -2,8 +2,11 @@
 
 ``ReplyListener`` reads a reply topic from its end, without a consumer group (so no group
 join delay), and resolves the futures of the requests its process sent; a second reply for the
-same request is dropped and counted. ``stream_replies`` is for users who read a reply topic as
-a stream, optionally in a consumer group with committed offsets.
+same request is dropped and counted. While replies are awaited it checks each partition's
+end now and then: a fetch that stopped with replies past its position (seen after a tansu
+storage outage) is sought again, then the consumer is replaced (``FetchWatch``).
+``stream_replies`` is for users who read a reply topic as a stream, optionally in a consumer
+group with committed offsets.
 """
 
 from __future__ import annotations
@@ -21,16 +24,19 @@ from pydantic import ValidationError
 from runtime import connections
 from runtime.settings import Settings
 from schemas.messages import Reply
+from workers.fetch_watch import FetchWatch, Remedy
 
 log = logging.getLogger(__name__)
 
 ReplyKey = tuple[str, str]  # (tenant, request_id)
 EAGER_PENDING_MAX = 8
 EAGER_GRACE_S = 1.0
+FETCH_STALL_S = 5.0  # replies past the position, none returned: seek, then a new consumer
+FETCH_CHECK_S = 1.0
 
 
 class ReplyListener:
-    def __init__(self, settings: Settings, topic: str) -> None:
+    def __init__(self, settings: Settings, topic: str, stall_s: float = FETCH_STALL_S) -> None:
         self.settings = settings
         self.topic = topic
         self._consumer = connections.consumer(settings, group_id=None)
@@ -40,6 +46,10 @@ class ReplyListener:
         self._consumer.seek_to_end(*self._partitions)
         for tp in self._partitions:  # resolve the end now: replies sent after this are ours
             self._consumer.position(tp)
+        self.fetch_watch = FetchWatch(stall_s, time.monotonic)
+        self._fetch_checked = time.monotonic()
+        self.renewals = 0
+        self._fetch_wait_ms = settings.kafka_fetch_wait_busy_ms  # what the consumer uses
         self._futures: dict[ReplyKey, Future[Reply]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -75,7 +85,6 @@ class ReplyListener:
 
     def _run(self) -> None:
         seen: OrderedDict[ReplyKey, None] = OrderedDict()
-        current_ms = self.settings.kafka_fetch_wait_busy_ms
         last_awaited = -EAGER_GRACE_S
         while not self._stop.is_set():
             pending = self.pending()
@@ -83,9 +92,12 @@ class ReplyListener:
             if pending:
                 last_awaited = now
             wait_ms = _fetch_wait_ms(self.settings, pending, now - last_awaited < EAGER_GRACE_S)
-            if wait_ms != current_ms:
+            if wait_ms != self._fetch_wait_ms:
                 connections.set_fetch_wait(self._consumer, wait_ms)
-                current_ms = wait_ms
+                self._fetch_wait_ms = wait_ms
+            if pending and now - self._fetch_checked >= FETCH_CHECK_S:
+                self._fetch_checked = now
+                self._watch_fetches()
             try:
                 polled = self._consumer.poll(timeout_ms=50)
             except Exception:
@@ -111,6 +123,56 @@ class ReplyListener:
                         self.duplicates += 1
                     else:
                         self.unmatched += 1
+
+    def _watch_fetches(self) -> None:
+        """Only while replies are awaited. The end comes from the broker (a stalled fetch
+        does not update the high watermark the consumer knows)."""
+        try:
+            ends = self._consumer.end_offsets(self._partitions)
+            positions = {tp: self._consumer.position(tp, timeout_ms=0) for tp in self._partitions}
+        except Exception:  # broker away: nothing to judge now
+            log.debug("reply topic end offsets unavailable", exc_info=True)
+            return
+        for tp in self._partitions:
+            position, end = positions[tp], ends.get(tp)
+            remedy = self.fetch_watch.observe(tp, position, end, busy=False)
+            if remedy is Remedy.seek and position is not None:
+                log.warning(
+                    "%s:%d: no replies for %.0fs at offset %d though the log ends at %s; "
+                    "seeking there again",
+                    tp.topic,
+                    tp.partition,
+                    self.fetch_watch.stall_s,
+                    position,
+                    end,
+                )
+                self._consumer.seek(tp, position)
+            elif remedy is Remedy.renew:
+                log.warning(
+                    "%s:%d: still no replies at offset %s; replacing the reply consumer",
+                    tp.topic,
+                    tp.partition,
+                    position,
+                )
+                self._renew_consumer(positions)
+                return
+
+    def _renew_consumer(self, positions: dict[TopicPartition, int | None]) -> None:
+        """A fresh consumer that starts where the old one stood."""
+        try:
+            self._consumer.close()
+        except Exception:
+            log.warning("closing the stalled reply consumer failed", exc_info=True)
+        self._consumer = connections.consumer(self.settings, group_id=None)
+        self._consumer.assign(self._partitions)
+        for tp, position in positions.items():
+            if position is None:
+                self._consumer.seek_to_end(tp)
+            else:
+                self._consumer.seek(tp, position)
+        self._fetch_wait_ms = self.settings.kafka_fetch_wait_busy_ms
+        self.fetch_watch.forget()
+        self.renewals += 1
 
 
 def _fetch_wait_ms(settings: Settings, pending: int, recently_awaited: bool) -> int:
