@@ -22,9 +22,9 @@ from kafka.structs import TopicPartition
 from pydantic import ValidationError
 
 from runtime import connections
+from runtime.fetch_watch import FetchWatch, Remedy
 from runtime.settings import Settings
 from schemas.messages import Reply
-from workers.fetch_watch import FetchWatch, Remedy
 
 log = logging.getLogger(__name__)
 

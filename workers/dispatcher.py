@@ -20,6 +20,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from runtime import connections, metrics
 from runtime.delivery import DeliveryError, reliable_producer
+from runtime.fetch_watch import FetchWatch, Remedy
 from runtime.models import known_models, model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
@@ -29,7 +30,6 @@ from workers.admission import admission_error
 from workers.batcher import DynamicBatcher
 from workers.control import ControlReader
 from workers.error_replies import ErrorReplies
-from workers.fetch_watch import FetchWatch, Remedy
 from workers.flights import DispatcherStats, Flights, InFlight, Pending, RequestKey, ref_key
 from workers.health import BucketHealth, Health, HealthPolicy
 from workers.intake import Rejection, parse_request

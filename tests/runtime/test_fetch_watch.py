@@ -3,7 +3,7 @@ again after stall_s, then its consumer is replaced. Injected clock."""
 
 from __future__ import annotations
 
-from workers.fetch_watch import FetchWatch, Remedy
+from runtime.fetch_watch import FetchWatch, Remedy
 
 
 class Clock:
