@@ -106,6 +106,7 @@ class Dispatcher:
         self._gap_retries: dict[TopicPartition, int] = {}
         self._assignment_checked = clock()
         self._unassigned_since: float | None = clock()
+        self.rebalancing = False  # partitions revoked, the new assignment not come yet
         self.fetch_watch = FetchWatch(FETCH_STALL_S, clock)
         self.consumer = self._new_consumer()
 
@@ -394,12 +395,14 @@ class Dispatcher:
         tansu lost its S3 store for a while: the group forgot the member and the member never
         rejoined) is replaced by a fresh one, which joins the group again. A partition whose
         fetch stalled with records past its position is sought again, then the consumer is
-        replaced (``FetchWatch``)."""
+        replaced (``FetchWatch``). A rebalance counts as no partitions: after an S3 outage a
+        consumer sat for over 40 s with its partitions revoked (kafka-python still lists them,
+        pending revocation, none fetchable) and its rejoin never finishing."""
         now = self.clock()
         if now - self._assignment_checked < 1.0:
             return
         self._assignment_checked = now
-        assignment = self.consumer.assignment()
+        assignment = set() if self.rebalancing else self.consumer.assignment()
         if assignment:
             self._unassigned_since = None
             self._watch_fetches(assignment)
@@ -456,6 +459,7 @@ class Dispatcher:
         except Exception:
             log.warning("closing the stuck consumer failed", exc_info=True)
         self.paused.clear()
+        self.rebalancing = False
         self.fetch_watch.forget()
         self._fetch_wait_ms = self.settings.kafka_fetch_wait_busy_ms
         self.consumer = self._new_consumer()
@@ -586,9 +590,11 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         except Exception:
             log.warning("commit on revoke failed", exc_info=True)
         self.dispatcher.forget_partitions(parts)
+        self.dispatcher.rebalancing = True
 
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         log.info("assigned %d partitions", len(assigned))
+        self.dispatcher.rebalancing = False
         if assigned and not self.dispatcher.announced:
             self.dispatcher.announced = True
             print(f"READY dispatcher {self.dispatcher.dispatcher_id}", flush=True)
