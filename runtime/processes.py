@@ -43,10 +43,16 @@ class Proc:
             stdin=subprocess.DEVNULL,
             env=self.env,
         )
-        threading.Thread(target=self._pump, args=(self.popen, log), daemon=True).start()
+        pump = threading.Thread(target=self._pump, args=(self.popen, log), daemon=True)
+        pump.start()
         deadline = time.monotonic() + ready_timeout_s
         while not self._ready.wait(0.05):
             if self.popen.poll() is not None:
+                # It may have said READY just before it ended (a crash test's worker takes
+                # the crashing batch at once): that counts as started.
+                pump.join(5)
+                if self._ready.is_set():
+                    break
                 raise ProcessFailed(
                     f"{self.name} exited with {self.popen.returncode}; see {self.log_path}"
                 )
