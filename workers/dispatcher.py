@@ -430,12 +430,13 @@ class Dispatcher:
             if remedy is Remedy.seek:
                 log.warning(
                     "%s:%d: no records for %.0fs at offset %s though the log ends at %s; "
-                    "seeking there again",
+                    "seeking there again; client state: %s",
                     tp.topic,
                     tp.partition,
                     self.fetch_watch.stall_s,
                     position,
                     self.consumer.highwater(tp),
+                    self._client_state(tp),
                 )
                 assert position is not None
                 self.consumer.seek(tp, position)
@@ -488,7 +489,6 @@ class Dispatcher:
         and the next offset the dispatcher expects; then the in-flight picture."""
         paused = set(self.consumer.paused())
         for tp in sorted(self.consumer.assignment()):
-            state = self.consumer._subscription.assignment.get(tp)  # kafka-python internals
             log.info(
                 "partition %s:%d position %s highwater %s expected %s%s; client state: %s",
                 tp.topic,
@@ -497,16 +497,25 @@ class Dispatcher:
                 self.consumer.highwater(tp),
                 self.flights.tracker.expected((tp.topic, tp.partition)),
                 " paused" if tp in paused else "",
-                state
-                and {
-                    "fetchable": state.is_fetchable(),
-                    "awaiting_validation": state.awaiting_validation,
-                    "awaiting_reset": state.awaiting_reset,
-                    "position": state.position,
-                },
+                self._client_state(tp),
             )
         self._state_logged = -1e9
         self._log_state(self.clock())
+
+    def _client_state(self, tp: TopicPartition) -> dict[str, Any] | None:
+        """kafka-python's own view of a partition (internals: for diagnosis only)."""
+        state = self.consumer._subscription.assignment.get(tp)
+        if state is None:
+            return None
+        return {
+            "fetchable": state.is_fetchable(),
+            "paused": state.paused,
+            "pending_revocation": getattr(state, "_pending_revocation", None),
+            "awaiting_validation": state.awaiting_validation,
+            "awaiting_reset": state.awaiting_reset,
+            "position": state.position,
+            "rebalancing": self.rebalancing,
+        }
 
     def _read_control(self) -> None:
         now = self.clock()
