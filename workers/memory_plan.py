@@ -1,0 +1,240 @@
+"""Memory planning: what fits on a device, from a model's shape and the device's size.
+
+A worker's memory is its weights, the attention keys and values kept for every token of every
+sequence in flight (a causal LM's KV cache; an encoder keeps none), the activations of the
+batch being computed, and overhead (CUDA context, allocator slack, buffers). The planner turns
+those into the number of sequences that fit at once and a batch budget per length bucket.
+
+Estimates come from the model's ``config.json`` and its safetensors headers (exact weight
+bytes, nothing loaded). On CUDA the worker measures after warm-up and the measured figures win
+(``Measured``): ``memory_allocated`` after loading is the weights, the peak during warm-up
+over the largest warm-up batch gives activation bytes per padded token, and
+``memory_reserved`` over ``memory_allocated`` is the allocator's slack.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+DTYPE_BYTES = {
+    "float64": 8,
+    "F64": 8,
+    "float32": 4,
+    "F32": 4,
+    "float16": 2,
+    "F16": 2,
+    "bfloat16": 2,
+    "BF16": 2,
+    "int8": 1,
+    "I8": 1,
+    "U8": 1,
+    "float8_e4m3fn": 1,
+    "F8_E4M3": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "BOOL": 1,
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the planner needs to know of a model. ``kv_heads`` is 0 for an encoder."""
+
+    params: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    max_positions: int
+    weight_bytes: int | None = None  # exact, from the weight files; else params x dtype
+
+    @property
+    def weights(self) -> int:
+        return (
+            self.weight_bytes if self.weight_bytes is not None else self.params * self.dtype_bytes
+        )
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Keys and values, every layer: 2 x layers x kv_heads x head_dim x bytes."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        params: int,
+        dtype: str | None = None,
+        weight_bytes: int | None = None,
+    ) -> ModelShape:
+        """From a Hugging Face ``config.json`` (GPT-2, Llama and BERT spellings)."""
+        layers = _first(config, "num_hidden_layers", "n_layer")
+        heads = _first(config, "num_attention_heads", "n_head")
+        hidden = _first(config, "hidden_size", "n_embd")
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        dtype_name = dtype or str(config.get("torch_dtype") or "float32")
+        causal = config.get("is_decoder") or any(
+            "CausalLM" in a or "LMHead" in a for a in config.get("architectures") or []
+        )
+        return cls(
+            params=params,
+            layers=layers,
+            kv_heads=kv_heads if causal else 0,
+            head_dim=head_dim,
+            dtype_bytes=DTYPE_BYTES[dtype_name],
+            max_positions=int(
+                config.get("max_position_embeddings") or config.get("n_positions") or 0
+            ),
+            weight_bytes=weight_bytes,
+        )
+
+    @classmethod
+    def from_model_dir(cls, model_dir: Path, dtype: str | None = None) -> ModelShape:
+        """``config.json`` plus the safetensors headers beside it (parameter count and bytes)."""
+        config = json.loads((model_dir / "config.json").read_text())
+        params, weight_bytes = safetensors_size(model_dir)
+        if dtype is not None and params:
+            weight_bytes = params * DTYPE_BYTES[dtype]  # loaded in another dtype than stored
+        return cls.from_config(config, params=params, dtype=dtype, weight_bytes=weight_bytes)
+
+
+def _first(config: Mapping[str, Any], *keys: str) -> int:
+    for key in keys:
+        if config.get(key):
+            return int(config[key])
+    raise ValueError(f"the model config has none of {', '.join(keys)}")
+
+
+def safetensors_size(model_dir: Path) -> tuple[int, int]:
+    """Parameters and bytes of every ``*.safetensors`` file in ``model_dir``, from the files'
+    JSON headers alone (8-byte little-endian length, then the header)."""
+    params = size = 0
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        for name, tensor in header.items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for dim in tensor["shape"]:
+                count *= dim
+            params += count
+            size += count * DTYPE_BYTES[tensor["dtype"]]
+    return params, size
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Figures measured on the device after warm-up; they replace the estimates."""
+
+    weight_bytes: int
+    activation_bytes_per_token: int
+    reserved_bytes: int = 0  # what the allocator holds (allocated plus slack)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    device_bytes: int
+    usable_bytes: int  # device x utilization
+    weight_bytes: int
+    overhead_bytes: int
+    activation_bytes_per_token: int
+    max_batch_tokens: int  # the largest batch the activations may take (rows x longest row)
+    activation_bytes: int
+    kv_bytes_per_token: int
+    kv_budget_bytes: int
+    kv_tokens: int  # tokens of KV cache that fit
+    sequence_tokens: int  # prompt plus generated tokens a sequence is planned for
+    max_sequences: int  # sequences of sequence_tokens that fit at once (encoders: rows)
+    bucket_rows: dict[int, int] = field(default_factory=dict)  # bucket -> rows per batch
+    measured: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan(
+    shape: ModelShape,
+    device_bytes: int,
+    *,
+    buckets: list[int],
+    max_batch_tokens: int,
+    activation_bytes_per_token: int,
+    overhead_bytes: int,
+    utilization: float = 0.9,
+    max_new_tokens: int = 0,
+    measured: Measured | None = None,
+) -> MemoryPlan:
+    """Weights, overhead and the largest batch's activations come off the usable memory;
+    the rest holds KV cache. A causal LM fits ``kv_tokens // (longest bucket + max_new_tokens)``
+    sequences at once, and per bucket as many rows as the KV budget and the batch budget
+    both allow. An encoder has no KV cache: its rows per bucket are the batch budget (or what
+    the activations leave room for) over the bucket's length."""
+    warnings: list[str] = []
+    weights = shape.weights
+    per_token = activation_bytes_per_token
+    if measured is not None:
+        weights = measured.weight_bytes
+        per_token = measured.activation_bytes_per_token
+        if measured.reserved_bytes:
+            overhead_bytes = max(overhead_bytes, measured.reserved_bytes - weights)
+    usable = int(device_bytes * utilization)
+    room = usable - weights - overhead_bytes
+    if room <= 0:
+        warnings.append(
+            f"weights ({weights / GIB:.2f} GiB) and overhead ({overhead_bytes / GIB:.2f} GiB) "
+            f"exceed the usable {usable / GIB:.2f} GiB"
+        )
+    # activation bytes per token 0: the activations are counted in the overhead
+    batch_tokens = (
+        min(max_batch_tokens, max(room, 0) // per_token) if per_token else max_batch_tokens
+    )
+    if batch_tokens < max_batch_tokens:
+        warnings.append(
+            f"max_batch_tokens {max_batch_tokens} does not fit; activations allow {batch_tokens}"
+        )
+    activations = batch_tokens * per_token
+    kv_per_token = shape.kv_bytes_per_token
+    kv_budget = max(room - activations, 0) if kv_per_token else 0
+    kv_tokens = kv_budget // kv_per_token if kv_per_token else 0
+    longest = max(buckets) if buckets else 0
+    sequence_tokens = longest + max_new_tokens
+    rows: dict[int, int] = {}
+    for bucket in sorted(buckets):
+        by_batch = batch_tokens // bucket if bucket else 0
+        if kv_per_token:
+            rows[bucket] = min(by_batch, kv_tokens // (bucket + max_new_tokens))
+        else:
+            rows[bucket] = by_batch
+    if kv_per_token:
+        max_sequences = kv_tokens // sequence_tokens if sequence_tokens else 0
+    else:
+        max_sequences = rows[min(buckets)] if buckets else 0
+    return MemoryPlan(
+        device_bytes=device_bytes,
+        usable_bytes=usable,
+        weight_bytes=weights,
+        overhead_bytes=overhead_bytes,
+        activation_bytes_per_token=per_token,
+        max_batch_tokens=batch_tokens,
+        activation_bytes=activations,
+        kv_bytes_per_token=kv_per_token,
+        kv_budget_bytes=kv_budget,
+        kv_tokens=kv_tokens,
+        sequence_tokens=sequence_tokens,
+        max_sequences=max_sequences,
+        bucket_rows=rows,
+        measured=measured is not None,
+        warnings=warnings,
+    )
