@@ -18,7 +18,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from runtime import connections, metrics
+from runtime import connections, kafka_fixes, metrics
 from runtime.delivery import DeliveryError, reliable_producer
 from runtime.fetch_watch import FetchWatch, Remedy
 from runtime.models import known_models, model_spec
@@ -515,6 +515,7 @@ class Dispatcher:
             "awaiting_reset": state.awaiting_reset,
             "position": state.position,
             "rebalancing": self.rebalancing,
+            "fetcher": _fetcher_state(self.consumer, tp),
         }
 
     def _read_control(self) -> None:
@@ -545,7 +546,7 @@ class Dispatcher:
             self.consumer.pause(*parts)
             self.paused.add(bucket)
         else:
-            self.consumer.resume(*parts)
+            kafka_fixes.resume(self.consumer, *parts)
             self.paused.discard(bucket)
 
     def _poll_timeout_ms(self) -> int:
@@ -581,6 +582,23 @@ class Dispatcher:
 
     def forget_partitions(self, partitions: list[Partition]) -> None:
         self.flights.forget(partitions, list(self.batchers.values()))
+
+
+def _fetcher_state(consumer: KafkaConsumer, tp: TopicPartition) -> dict[str, Any]:
+    """What kafka-python's fetcher holds for ``tp`` (internals: for diagnosis only)."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None:
+        return {}
+    current = fetcher._next_partition_records
+    return {
+        "completed_fetches": sum(
+            1 for f in list(fetcher._completed_fetches) if f.topic_partition == tp
+        ),
+        "parked_completed": tp in fetcher._paused_completed_fetches,
+        "parked_records": tp in fetcher._paused_partition_records,
+        "next_records": None if current is None else (str(current.topic_partition), bool(current)),
+        "pending_fetch_nodes": sorted(fetcher._nodes_with_pending_fetch_requests),
+    }
 
 
 def _log_commit_error(offsets: Any, response: Any) -> None:

@@ -1,0 +1,29 @@
+"""Work-arounds for kafka-python bugs met here, each with the version it was seen in.
+
+**A resumed partition that is never fetched again** (kafka-python 3.0.12). Since KAFKA-7548
+the fetcher parks the records it already holds for a partition paused mid-way, and gives them
+back on the first ``poll`` after ``resume``, but only when no other partition's records are
+in hand: it checks ``_next_partition_records is None``, and a drained record set of another
+partition is left there (falsy, not None) until a new fetch response replaces it. Meanwhile
+the parked partition is left out of every fetch request. With one busy partition among idle
+ones, that is forever: the dispatcher's consumer sat at offset 8,180 with its log at 8,960,
+``fetchable`` and not paused, its records parked behind a drained record set of an idle
+bucket's topic (seen every ~6,000 records of a bulk job, each time its backpressure paused
+and resumed the bucket). ``resume`` below clears the drained record set after resuming, so
+the parked records come back on the next poll.
+"""
+
+from __future__ import annotations
+
+from kafka import KafkaConsumer
+from kafka.structs import TopicPartition
+
+
+def resume(consumer: KafkaConsumer, *partitions: TopicPartition) -> None:
+    """``consumer.resume(*partitions)``, then let parked records come back (see above).
+    Call it from the thread that polls."""
+    consumer.resume(*partitions)
+    fetcher = getattr(consumer, "_fetcher", None)
+    current = getattr(fetcher, "_next_partition_records", None)
+    if current is not None and not current:  # drained: nothing is lost by dropping it
+        fetcher._next_partition_records = None  # type: ignore[union-attr]
