@@ -27,11 +27,11 @@ from runtime.settings import Settings
 pytestmark = pytest.mark.timeout(300)
 
 
-def job_settings(shared_prefix: str, tmp_path: Path) -> Settings:
+def job_settings(shared_prefix: str, tmp_path: Path, sql_url: str | None = None) -> Settings:
     return Settings(
         topic_prefix=shared_prefix,
         state_dir=tmp_path / "state",
-        sql_url=f"sqlite:///{tmp_path}/jobs.db",
+        sql_url=sql_url or f"sqlite:///{tmp_path}/jobs.db",
         max_batch_tokens=1024,
     )
 
@@ -61,9 +61,9 @@ def answered_lines(job_spool: Path) -> collections.Counter[str]:
 
 
 def test_openai_batch_round_trip(
-    shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path
+    shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path, store_url: str
 ) -> None:
-    settings = job_settings(shared_prefix, tmp_path)
+    settings = job_settings(shared_prefix, tmp_path, store_url)
     lines = [openai_line(f"c{i}", f"sentence number {i} about rivers") for i in range(40)]
     lines += [
         "{not json",

@@ -3,37 +3,10 @@ migrations applied, lifecycle enforced, tenants kept apart."""
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-import sqlalchemy as sa
 
 from jobs.lifecycle import IllegalTransition, JobStatus
 from jobs.store import JobNotFound, JobStore
-
-POSTGRES = os.environ.get(
-    "HEADRACE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/jobs.db"
-        return
-    name = f"headrace_test_{uuid.uuid4().hex[:10]}"  # a database of its own, dropped after
-    admin = sa.create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name}"))
-    try:
-        yield POSTGRES.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
 
 
 def make(store: JobStore, tenant: str = "t1") -> str:
