@@ -42,6 +42,23 @@ class EmbedParams(_Message):
     normalize: bool = True  # L2-normalise the pooled embedding
 
 
+class GenerateParams(_Message):
+    """Sampling parameters of a generation request. ``temperature`` 0 is greedy decoding
+    (deterministic); otherwise ``seed`` makes sampling repeatable, whatever the batch-mates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_tokens: int = Field(default=16, ge=1, le=4096)
+    temperature: float = Field(default=0.0, ge=0.0, le=5.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: tuple[Annotated[str, StringConstraints(min_length=1, max_length=64)], ...] = Field(
+        default=(), max_length=8
+    )
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    stream: bool = False  # send ordered deltas before the final reply
+    truncate: bool = False  # keep the end of a prompt past the model's context
+
+
 class CacheDirective(_Message):
     """Carried by a request whose client reads the cache: the worker writes its result
     through, under ``entry_class``'s expiry, tagged with ``tags`` (scoped to the request's

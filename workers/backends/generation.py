@@ -1,0 +1,222 @@
+"""Batched text generation with a transformers causal LM (CPU or CUDA).
+
+A batch of prompts is left-padded to its longest row and decoded step by step with the KV
+cache, each row with its own parameters: ``max_tokens``, ``temperature`` (0: greedy),
+``top_p``, stop sequences, and a seed (a per-row generator, so a row samples the same tokens
+whatever its batch-mates). Text comes out as deltas while it is decoded; a delta never holds
+text that could still turn out to begin a stop sequence.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from schemas.messages import GenerateParams
+from workers.backends.base import EncodedItem, LoadTimings
+from workers.backends.embedding import pick_device
+
+FinishReason = Literal["stop", "length"]
+OnDelta = Callable[[int, str], None]  # (row, text)
+
+
+@dataclass
+class Generated:
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    prompt_tokens: int
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+class _Row:
+    """One sequence's decoding state: its tokens, the text streamed so far, why it ended."""
+
+    def __init__(self, params: GenerateParams, prompt_tokens: int, generator: Any) -> None:
+        self.params = params
+        self.prompt_tokens = prompt_tokens
+        self.generator = generator
+        self.ids: list[int] = []
+        self.text = ""
+        self.sent = 0  # characters of text already given out as deltas
+        self.finish: FinishReason | None = None
+        self.hold = max((len(s) for s in params.stop), default=1) - 1
+
+    def pending_delta(self) -> str:
+        """New text safe to give out: all of it once finished, else all but what could be
+        the start of a stop sequence."""
+        if self.finish:
+            end = len(self.text)
+        else:  # nor a character still being decoded (a partial UTF-8 sequence shows as U+FFFD)
+            end = min(len(self.text) - self.hold, len(self.text.rstrip("\ufffd")))
+        if end <= self.sent:
+            return ""
+        delta, self.sent = self.text[self.sent : end], end
+        return delta
+
+
+def sample(logits: torch.Tensor, params: GenerateParams, generator: torch.Generator | None) -> int:
+    """One token from a row's last logits: argmax at temperature 0, else nucleus sampling."""
+    if params.temperature == 0.0:
+        return int(torch.argmax(logits).item())
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        sorted_probs[before >= params.top_p] = 0.0  # keep the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+class GenerationBackend:
+    task = "generate"
+
+    def __init__(self, name: str, model_dir: Path, max_tokens: int, device: str = "auto") -> None:
+        from transformers import AutoTokenizer
+
+        self.name = name
+        self.model_dir = model_dir
+        self.max_tokens = max_tokens  # prompt plus generated tokens: the model's context
+        self.device = pick_device(device)
+        self.timings = LoadTimings()
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.eos_id = int(self.tokenizer.eos_token_id)
+        self._model: Any = None
+        self._cache_arg = "past_key_values"
+
+    # --- loading, in three timed stages -------------------------------------------------
+    def load_weights(self) -> None:
+        from transformers import AutoModelForCausalLM
+
+        start = time.perf_counter()
+        self._model = AutoModelForCausalLM.from_pretrained(str(self.model_dir))
+        self.timings.load_weights_s = time.perf_counter() - start
+
+    def build(self) -> None:
+        start = time.perf_counter()
+        dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        self._model = self._model.to(self.device, dtype=dtype).eval()
+        # transformers 5 names the KV cache argument and output ``cache``; 4.x
+        # ``past_key_values``
+        forward = inspect.signature(self._model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
+        self.timings.build_s = time.perf_counter() - start
+
+    def warm_up(self, buckets: list[int]) -> None:
+        """One batch per bucket: two prompts at that bucket's length, two tokens each; the
+        logits must be finite."""
+        start = time.perf_counter()
+        filler = self.tokenizer(" the")["input_ids"][-1]
+        for bucket in buckets:
+            length = min(bucket, self.max_tokens - 2)
+            ids = torch.full((2, length), filler, dtype=torch.long, device=self.device)
+            with torch.inference_mode():
+                logits = self._model(input_ids=ids).logits
+            if not torch.isfinite(logits).all():
+                raise RuntimeError(f"warm-up at {bucket} tokens: logits not finite")
+            items = [EncodedItem(ids=[filler] * length, token_count=length)] * 2
+            self.generate(items, [GenerateParams(max_tokens=2)] * 2)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.timings.memory = {
+                "allocated_bytes": torch.cuda.memory_allocated(self.device),
+                "reserved_bytes": torch.cuda.memory_reserved(self.device),
+            }
+        self.timings.warm_up_s = time.perf_counter() - start
+
+    # --- the batch path -----------------------------------------------------------------
+    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
+        """Prompt token ids; past the context (less one token to generate) the start is cut
+        where asked, else the item is too long."""
+        limit = self.max_tokens - 1
+        items = []
+        for ids, cut in zip(self.tokenizer(texts)["input_ids"], truncate, strict=True):
+            if len(ids) <= limit:
+                items.append(EncodedItem(ids=ids, token_count=len(ids)))
+            elif cut:
+                items.append(EncodedItem(ids=ids[-limit:], token_count=limit, truncated=True))
+            else:
+                items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
+        return items
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        items: list[EncodedItem],
+        params: list[GenerateParams],
+        on_delta: OnDelta | None = None,
+    ) -> list[Generated]:
+        if any(item.too_long or not item.ids for item in items):
+            raise ValueError("too_long or empty items cannot be generated from")
+        longest = max(len(item.ids) for item in items)
+        ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(items), longest), dtype=torch.long)
+        for i, item in enumerate(items):
+            ids[i, longest - len(item.ids) :] = torch.tensor(item.ids)
+            mask[i, longest - len(item.ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        rows = [
+            _Row(p, len(item.ids), self._generator(p.seed))
+            for item, p in zip(items, params, strict=True)
+        ]
+        steps = min(max(p.max_tokens for p in params), self.max_tokens - longest)
+        cache: Any = None
+        for _ in range(steps):
+            out = self._model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{self._cache_arg: cache},
+            )
+            cache = out[self._cache_arg]
+            logits = out.logits[:, -1, :]
+            chosen = []
+            for i, row in enumerate(rows):
+                if row.finish is None:
+                    self._advance(row, sample(logits[i], row.params, row.generator))
+                chosen.append(row.ids[-1] if row.ids else self.pad_id)
+                if on_delta is not None:
+                    delta = row.pending_delta()
+                    if delta:
+                        on_delta(i, delta)
+            if all(row.finish for row in rows):
+                break
+            ids = torch.tensor(chosen, dtype=torch.long, device=self.device)[:, None]
+            mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+            positions = positions[:, -1:] + 1
+        for i, row in enumerate(rows):
+            if row.finish is None:
+                row.finish = "length"  # the context ran out before max_tokens
+                if on_delta is not None and (delta := row.pending_delta()):
+                    on_delta(i, delta)
+        return [Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens) for r in rows]
+
+    def _generator(self, seed: int | None) -> torch.Generator | None:
+        if seed is None:
+            return None
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def _advance(self, row: _Row, token: int) -> None:
+        if token == self.eos_id:
+            row.finish = "stop"
+            return
+        row.ids.append(token)
+        row.text = str(self.tokenizer.decode(row.ids, skip_special_tokens=True))
+        cuts = [row.text.find(s) for s in row.params.stop if s in row.text]
+        if cuts:
+            row.text = row.text[: min(cuts)]
+            row.finish = "stop"
+        elif len(row.ids) >= row.params.max_tokens:
+            row.finish = "length"
