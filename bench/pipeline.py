@@ -16,6 +16,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 import typer
 from rich.console import Console
@@ -27,7 +28,7 @@ from producers.client import Client
 from runtime.localstack import LocalStack
 from runtime.processes import Pipeline
 from runtime.settings import Settings
-from schemas.messages import Reply
+from schemas.messages import EmbeddingResult, Reply
 
 console = Console()
 
@@ -103,7 +104,7 @@ def run_pipeline(
         assert reply.batch is not None
         batches.setdefault(reply.batch.batch_id, []).append(index)
         sizes[reply.batch.batch_id] = (reply.batch.real_tokens, reply.batch.padded_tokens)
-    real = sum(r.result.token_count for r in replies if r.result is not None)
+    real = sum(r.result.token_count for r in replies if isinstance(r.result, EmbeddingResult))
     compute_ms = {r.batch.batch_id: r.timings.compute_ms for r in replies if r.batch and r.timings}
     return (
         RunResult(
@@ -122,9 +123,10 @@ def run_pipeline(
 
 def raw_model(texts: list[str], batches: dict[str, list[int]], settings: Settings) -> float:
     """Useful tokens/s of the model alone over exactly these batches (tokenisation included)."""
+    from workers.backends.base import Backend
     from workers.worker import load_backend
 
-    backend = load_backend(settings, settings.buckets)
+    backend = cast(Backend, load_backend(settings, settings.buckets))
     groups = [[texts[i] for i in idx] for idx in batches.values()]
     real = 0
     start = time.perf_counter()

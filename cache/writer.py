@@ -10,7 +10,7 @@ from collections.abc import Callable
 from cache.requests import result_entry
 from cache.store import TieredCache
 from runtime.settings import Settings
-from schemas.messages import BatchItem, Reply
+from schemas.messages import BatchItem, EmbeddingResult, Reply
 
 
 class ResultWriter:
@@ -29,8 +29,8 @@ class ResultWriter:
     def __call__(self, replies: list[tuple[BatchItem, Reply]]) -> None:
         entries = []
         for item, reply in replies:
-            if reply.result is None or item.request.cache is None:
-                continue
+            if not isinstance(reply.result, EmbeddingResult) or item.request.cache is None:
+                continue  # errors are not cached; generations are not (yet)
             entry = result_entry(
                 item.request, reply.result, self.model_version, self.classes, self.clock()
             )

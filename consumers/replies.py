@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 from kafka.structs import TopicPartition
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from runtime import connections
 from runtime.fetch_watch import FetchWatch, Remedy
 from runtime.settings import Settings
-from schemas.messages import Reply
+from schemas.messages import Reply, StreamDelta, parse_reply_record
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class ReplyListener:
         self.renewals = 0
         self._fetch_wait_ms = settings.kafka_fetch_wait_busy_ms  # what the consumer uses
         self._futures: dict[ReplyKey, Future[Reply]] = {}
+        self._watchers: dict[ReplyKey, Callable[[StreamDelta], None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reply-listener", daemon=True)
@@ -69,9 +70,16 @@ class ReplyListener:
                 future = self._futures[(tenant, request_id)] = Future()
         return future
 
+    def watch(self, tenant: str, request_id: str, on_delta: Callable[[StreamDelta], None]) -> None:
+        """Call ``on_delta`` (on the listener's thread) with each StreamDelta of this request
+        until its final reply; ``expect`` gives that reply."""
+        with self._lock:
+            self._watchers[(tenant, request_id)] = on_delta
+
     def forget(self, tenant: str, request_id: str) -> None:
         with self._lock:
             self._futures.pop((tenant, request_id), None)
+            self._watchers.pop((tenant, request_id), None)
 
     def pending(self) -> int:
         with self._lock:
@@ -107,13 +115,20 @@ class ReplyListener:
             for records in polled.values():
                 for record in records:
                     try:
-                        reply = Reply.model_validate_json(record.value)
+                        reply = parse_reply_record(record.value)
                     except ValidationError:
                         log.warning("unreadable reply at %s@%d", record.topic, record.offset)
                         continue
                     key = (reply.tenant, reply.request_id)
+                    if isinstance(reply, StreamDelta):
+                        with self._lock:
+                            watcher = self._watchers.get(key)
+                        if watcher is not None:
+                            watcher(reply)
+                        continue
                     with self._lock:
                         future = self._futures.pop(key, None)
+                        self._watchers.pop(key, None)
                     if future is not None:
                         seen[key] = None
                         if len(seen) > 100_000:
@@ -233,7 +248,7 @@ def stream_replies(
                     try:
                         reply = Reply.model_validate_json(record.value)
                     except ValidationError:
-                        continue
+                        continue  # unreadable, or a StreamDelta: this yields final replies
                     key = (reply.tenant, reply.request_id)
                     if key in seen:
                         continue

@@ -32,6 +32,7 @@ from jobs.store import Job, JobNotFound, JobStore
 from producers.client import Client
 from runtime.settings import Settings
 from schemas.errors import InputTooLongError, InvalidRequestError, UnknownModelError
+from schemas.messages import EmbeddingResult
 from schemas.openai_batch import EMBEDDINGS_URL
 
 
@@ -253,7 +254,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 status = STATUS_OF[reply.error.code]
                 kind = "server_error" if status >= 500 else "invalid_request_error"
                 raise ApiError(status, reply.error.message, reply.error.code.value, kind)
-            assert reply.result is not None
+            assert isinstance(reply.result, EmbeddingResult)
             tokens += reply.result.token_count
             data.append({"object": "embedding", "index": i, "embedding": reply.result.embedding})
         return {

@@ -49,7 +49,7 @@ from producers.client import Client
 from runtime import connections
 from runtime.settings import Settings
 from schemas.errors import ErrorInfo, InvalidRequestError
-from schemas.messages import Reply, Request
+from schemas.messages import EmbeddingResult, Reply, Request
 from schemas.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -320,6 +320,7 @@ class JobRunner:
             return  # a duplicate, or a reply the spools already hold
         custom_id = ids.get(line)
         if reply.result is not None:
+            assert isinstance(reply.result, EmbeddingResult)  # bulk jobs embed (so far)
             state.answer(
                 line,
                 success_line(job.id, line, custom_id, reply.request_id, reply.model, reply.result),

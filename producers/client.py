@@ -30,17 +30,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from cache.requests import request_key, request_scopes
 from cache.store import open_cache
 from consumers.replies import ReplyListener
+from consumers.streams import DeltaAssembler
 from producers.tokens import count_tokens
 from runtime import connections
 from runtime.delivery import reliable_producer
@@ -56,7 +57,17 @@ from schemas.errors import (
     RequestFailedError,
     RequestTooLargeError,
 )
-from schemas.messages import CacheDirective, Control, EmbedParams, Reply, Request
+from schemas.messages import (
+    CacheDirective,
+    Control,
+    EmbeddingResult,
+    EmbedParams,
+    GenerateParams,
+    GenerationResult,
+    Reply,
+    Request,
+    StreamDelta,
+)
 from schemas.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -135,23 +146,31 @@ class Client:
         timeout_s: float | None = None,
         tags: Sequence[str] = (),
         cache_class: str = "default",
+        generation: GenerateParams | None = None,
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
-        ``InvalidRequestError`` subclass naming the first bad text."""
+        ``InvalidRequestError`` subclass naming the first bad text. ``generation``: the
+        texts are prompts of a generation model (bucketed by prompt length)."""
         model = model or self.settings.model
         spec = model_spec(model)  # UnknownModelError
+        task: Literal["embed", "generate"] = "generate" if generation is not None else "embed"
+        if spec.task != task:
+            raise InvalidRequestError(f"{model} serves {spec.task!r} requests, not {task!r}")
         if request_ids is not None and len(request_ids) != len(texts):
             raise ValueError("request_ids and texts differ in length")
         for i, text in enumerate(texts):
             if not text.strip():
                 raise EmptyInputError(f"text {i} is empty")
         counts = count_tokens(model, list(texts))
-        limit = min(spec.max_tokens, self.settings.buckets[-1])
+        # a prompt leaves room for at least one generated token
+        limit = min(spec.max_tokens - (generation is not None), self.settings.buckets[-1])
         now = datetime.now(UTC)
         deadline = now + timedelta(seconds=timeout_s) if timeout_s is not None else None
-        params = EmbedParams(truncate=truncate, normalize=normalize)
+        params: EmbedParams | GenerateParams = generation or EmbedParams(
+            truncate=truncate, normalize=normalize
+        )
         directive = None
-        if self.cache is not None:
+        if self.cache is not None and generation is None:
             if cache_class not in self.settings.cache_classes:
                 raise InvalidRequestError(
                     f"unknown cache class {cache_class!r}; known: "
@@ -161,7 +180,7 @@ class Client:
         out = []
         for i, (text, tokens) in enumerate(zip(texts, counts, strict=True)):
             if tokens > limit:
-                if not truncate:
+                if not params.truncate:
                     raise InputTooLongError(
                         f"text {i} has {tokens} tokens; {model} takes at most {limit}. "
                         "Pass truncate=True to cut it."
@@ -171,6 +190,7 @@ class Client:
                 request_id=request_ids[i] if request_ids is not None else uuid.uuid4().hex,
                 tenant=self.tenant,
                 model=model,
+                task=task,
                 input=text,
                 params=params,
                 reply_to=self.reply_topic,
@@ -302,6 +322,79 @@ class Client:
         submission = await asyncio.to_thread(self.submit, text, **options)
         return await asyncio.wrap_future(submission.future)
 
+    # --- generation --------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: str,
+        *,
+        model: str | None = None,
+        wait_s: float = 120.0,
+        request_id: str | None = None,
+        **params: Any,
+    ) -> GenerationResult:
+        """Generate from ``prompt`` (GenerateParams fields as keywords: max_tokens,
+        temperature, top_p, stop, seed, truncate); raises RequestFailedError on an error."""
+        submission = self._submit_generation(prompt, model, request_id, GenerateParams(**params))
+        return _generation(submission.result(wait_s))
+
+    async def stream(
+        self,
+        prompt: str,
+        *,
+        model: str | None = None,
+        wait_s: float = 120.0,
+        request_id: str | None = None,
+        **params: Any,
+    ) -> AsyncIterator[str]:
+        """``async for text in client.stream(prompt, max_tokens=...)``: the generated text
+        in order, each piece once, as the worker decodes it. Raises RequestFailedError if
+        the request fails (after any text already given)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[StreamDelta | Reply] = asyncio.Queue()
+        generation = GenerateParams(**{**params, "stream": True})
+        rid = request_id or uuid.uuid4().hex
+        if self._listener is None:
+            raise RuntimeError("this client does not listen for replies")
+
+        def on_delta(delta: StreamDelta) -> None:  # on the listener's thread
+            loop.call_soon_threadsafe(queue.put_nowait, delta)
+
+        self._listener.watch(self.tenant, rid, on_delta)
+        submission = await asyncio.to_thread(
+            self._submit_generation, prompt, model, rid, generation
+        )
+        submission.future.add_done_callback(
+            lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.result())
+        )
+        assembler = DeltaAssembler()
+        deadline = loop.time() + wait_s
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
+            except TimeoutError as exc:
+                self._listener.forget(self.tenant, rid)
+                raise ReplyTimeoutError(f"no reply for {rid} within {wait_s}s") from exc
+            if isinstance(item, StreamDelta):
+                for piece in assembler.add(item):
+                    yield piece
+                continue
+            _generation(item)  # raises on an error reply
+            rest = assembler.finish(item)
+            if rest:
+                yield rest
+            return
+
+    def _submit_generation(
+        self, prompt: str, model: str | None, request_id: str | None, params: GenerateParams
+    ) -> Submission:
+        ids = [request_id] if request_id is not None else None
+        [(request, bucket)] = self.prepare(
+            [prompt], model=model, request_ids=ids, generation=params
+        )
+        submission = self.send(request, bucket)
+        self.flush()
+        return submission
+
     def cancel(self, request_id: str, *, tenant: str | None = None) -> None:
         """Ask the pipeline to cancel a request. Not yet computed: it is not computed and its
         reply is the error ``cancelled``. Computing right now: it finishes, but the reply is
@@ -357,8 +450,15 @@ class Client:
         self.close()
 
 
+def _generation(reply: Reply) -> GenerationResult:
+    if reply.error is not None:
+        raise RequestFailedError(reply.request_id, reply.error)
+    assert isinstance(reply.result, GenerationResult)
+    return reply.result
+
+
 def _embedding(reply: Reply) -> list[float]:
     if reply.error is not None:
         raise RequestFailedError(reply.request_id, reply.error)
-    assert reply.result is not None
+    assert isinstance(reply.result, EmbeddingResult)
     return reply.result.embedding

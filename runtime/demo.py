@@ -21,7 +21,7 @@ from producers.client import Client
 from runtime.localstack import LocalStack
 from runtime.processes import Pipeline
 from runtime.settings import Settings
-from schemas.messages import Reply
+from schemas.messages import EmbeddingResult, Reply
 
 QUERY = "How do I get water to the turbine?"
 CANDIDATES = [
@@ -70,7 +70,7 @@ def _embed_with_progress(client: Client, texts: list[str], console: Console) -> 
             time.sleep(0.05)
     replies = [s.result(1) for s in submissions]
     wall = time.perf_counter() - start
-    tokens = sum(r.result.token_count for r in replies if r.result is not None)
+    tokens = sum(r.result.token_count for r in replies if isinstance(r.result, EmbeddingResult))
     console.print(
         f"{len(replies)} texts, {tokens:,} tokens in {wall:.1f}s "
         f"= {tokens / wall:,.0f} tokens/s end to end"

@@ -16,6 +16,7 @@ class ModelSpec:
     task: str
     max_tokens: int
     path: Path
+    test_model: bool = False  # built locally with random weights: for tests and the demo
 
 
 def _minilm() -> ModelSpec:
@@ -30,7 +31,20 @@ def _minilm() -> ModelSpec:
     )
 
 
-_FACTORIES = {"all-MiniLM-L6-v2": _minilm}
+def _test_lm() -> ModelSpec:
+    from runtime import tiny_lm
+
+    return ModelSpec(
+        name=tiny_lm.NAME,
+        version=tiny_lm.VERSION,
+        task="generate",
+        max_tokens=tiny_lm.MAX_POSITIONS,
+        path=tiny_lm.ensure(tiny_lm.cache_dir()),
+        test_model=True,
+    )
+
+
+_FACTORIES = {"all-MiniLM-L6-v2": _minilm, "headrace-test-lm": _test_lm}
 
 
 def known_models() -> list[str]:

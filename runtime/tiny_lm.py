@@ -5,7 +5,8 @@ is exercising the generation path (batching, left padding, sampling, stop sequen
 streaming) with a real transformers model, deterministically: greedy decoding of the same
 prompt gives the same tokens everywhere the same torch version runs.
 
-It is built once into ``<state_dir>/models/headrace-test-lm-v1`` (under a second) and reused.
+It is built once into ``$XDG_CACHE_HOME/headrace/models/headrace-test-lm-v1`` (default
+``~/.cache``; a few seconds) and reused.
 """
 
 from __future__ import annotations
@@ -76,10 +77,14 @@ def build(directory: Path) -> Path:
     return directory
 
 
-def ensure(state_dir: Path) -> Path:
-    """The built model's directory, building it first if it is not there yet (atomically:
-    several workers may start at once)."""
-    target = state_dir / "models" / VERSION
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headrace"
+
+
+def ensure(root: Path) -> Path:
+    """The built model's directory under ``root``, building it first if it is not there yet
+    (atomically: several workers may start at once)."""
+    target = root / "models" / VERSION
     if (target / "HEADRACE_TEST_MODEL.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

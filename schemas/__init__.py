@@ -22,8 +22,11 @@ from schemas.messages import (
     Completion,
     Control,
     EmbedParams,
+    GenerateParams,
+    GenerationResult,
     Reply,
     Request,
+    StreamDelta,
     Timings,
 )
 from schemas.topics import Topics
@@ -41,6 +44,8 @@ __all__ = [
     "EmptyInputError",
     "ErrorCode",
     "ErrorInfo",
+    "GenerateParams",
+    "GenerationResult",
     "HeadraceError",
     "InputTooLongError",
     "InvalidRequestError",
@@ -49,6 +54,7 @@ __all__ = [
     "Request",
     "RequestFailedError",
     "RequestTooLargeError",
+    "StreamDelta",
     "Timings",
     "Topics",
     "UnknownModelError",

@@ -8,11 +8,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from schemas.cache import Invalidation
-from schemas.messages import DeadLetter, Reply, Request
+from schemas.messages import DeadLetter, Reply, Request, StreamDelta
 
 PUBLIC_MESSAGES: dict[str, type[BaseModel]] = {
     "request": Request,
     "reply": Reply,
+    "stream-delta": StreamDelta,
     "dead-letter": DeadLetter,
     "invalidation": Invalidation,
 }

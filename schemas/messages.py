@@ -7,7 +7,7 @@ Batch and Completion are the internal contract between dispatcher and worker.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -75,14 +75,33 @@ class Request(_Message):
     request_id: Identifier
     tenant: Identifier
     model: Identifier
-    task: Literal["embed"] = "embed"
+    task: Literal["embed", "generate"] = "embed"
     input: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
-    params: EmbedParams = EmbedParams()
+    params: EmbedParams | GenerateParams = EmbedParams()
     reply_to: Annotated[str, StringConstraints(min_length=1, max_length=249)]
     deadline: AwareDatetime | None = None
     created_at: AwareDatetime = Field(default_factory=utc_now)
     token_count: Annotated[int, Field(ge=0)] | None = None
     cache: CacheDirective | None = None  # set by clients that read the result cache
+
+    @model_validator(mode="before")
+    @classmethod
+    def _params_of_task(cls, data: Any) -> Any:
+        """``params`` are read as the task's own kind (both accept ``{}``)."""
+        if isinstance(data, dict) and isinstance(data.get("params"), dict):
+            kind = GenerateParams if data.get("task") == "generate" else EmbedParams
+            return {**data, "params": kind.model_validate(data["params"])}
+        return data
+
+    @model_validator(mode="after")
+    def _params_match_task(self) -> Self:
+        wanted = GenerateParams if self.task == "generate" else EmbedParams
+        if not isinstance(self.params, wanted):
+            if self.params == type(self.params)():  # left at the default: the task's default
+                self.params = wanted()
+            else:
+                raise ValueError(f"a {self.task} request takes {wanted.__name__}")
+        return self
 
 
 class Timings(_Message):
@@ -111,12 +130,39 @@ class EmbeddingResult(_Message):
     truncated: bool = False
 
 
+class Usage(_Message):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class GenerationResult(_Message):
+    text: str
+    finish_reason: Literal["stop", "length"]
+    usage: Usage
+    truncated: bool = False  # the prompt's start was cut to fit the context
+
+
+class StreamDelta(_Message):
+    """A piece of a generation's text, sent before its final Reply on the same reply topic
+    (same key, so in order). ``seq`` counts from 0; a redelivered batch sends the same
+    pieces again (sampling is seeded from the request id unless a seed is given), so readers
+    drop a ``seq`` they have seen."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    type: Literal["delta"] = "delta"
+    request_id: str
+    tenant: str
+    model: str
+    seq: Annotated[int, Field(ge=0)]
+    text: str
+
+
 class Reply(_Message):
     schema_version: Literal[1] = SCHEMA_VERSION
     request_id: str
     tenant: str
     model: str
-    result: EmbeddingResult | None = None
+    result: EmbeddingResult | GenerationResult | None = None
     error: ErrorInfo | None = None
     timings: Timings | None = None
     batch: BatchInfo | None = None
@@ -193,3 +239,11 @@ class Control(_Message):
     tenant: Identifier
     request_id: Identifier
     sent_at: AwareDatetime = Field(default_factory=utc_now)
+
+
+def parse_reply_record(value: bytes) -> Reply | StreamDelta:
+    """A record of a reply topic: a final Reply, or a StreamDelta (``"type": "delta"``).
+    Raises pydantic's ValidationError for anything else."""
+    if b'"type":"delta"' in value or b'"type": "delta"' in value:
+        return StreamDelta.model_validate_json(value)
+    return Reply.model_validate_json(value)

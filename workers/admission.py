@@ -13,7 +13,12 @@ def admission_error(
     request: Request, now: datetime, models: Container[str], max_tokens: int
 ) -> ErrorInfo | None:
     if request.model not in models:
-        return ErrorInfo(code=ErrorCode.unknown_model, message=f"unknown model {request.model!r}")
+        return ErrorInfo(
+            code=ErrorCode.unknown_model,
+            message=f"unknown model {request.model!r} (served here: {', '.join(sorted(models))})"
+            if isinstance(models, set | frozenset)
+            else f"unknown model {request.model!r}",
+        )
     if not request.input.strip():
         return ErrorInfo(code=ErrorCode.empty_input, message="input is empty")
     if request.deadline is not None and request.deadline <= now:

@@ -6,12 +6,13 @@ Every request of the batch ends with exactly one of: a reply produced now, alrea
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 
@@ -22,19 +23,25 @@ from schemas.messages import (
     BatchItem,
     Completion,
     EmbeddingResult,
+    EmbedParams,
+    GenerateParams,
+    GenerationResult,
     RecordRef,
     Reply,
+    Request,
+    StreamDelta,
     Timings,
+    Usage,
 )
 from workers.admission import admission_error
-from workers.backends.base import Backend, EncodedItem
+from workers.backends.base import Backend, EncodedItem, GenerativeBackend, ModelBackend
 from workers.ledger import ClaimState, Ledger
 
 log = logging.getLogger(__name__)
 
 
 class ReplySink(Protocol):
-    def send(self, topic: str, reply: Reply) -> None: ...
+    def send(self, topic: str, reply: Reply | StreamDelta) -> None: ...
 
     def flush(self) -> None:
         """Return once every reply sent is acknowledged by the broker; raise if one failed."""
@@ -43,7 +50,7 @@ class ReplySink(Protocol):
 
 @dataclass
 class BatchContext:
-    backend: Backend
+    backend: ModelBackend
     ledger: Ledger
     sink: ReplySink
     worker_id: str = "worker"
@@ -149,13 +156,14 @@ def _compute(
     ctx: BatchContext,
     started: float,
 ) -> list[tuple[BatchItem, Reply]]:
-    """Embed ``runnable``; if the model fails, bisect so only the failing items fail."""
+    """Run the model on ``runnable``; if it fails, bisect so only the failing items fail."""
     if not runnable:
         return []
     try:
-        vectors, real, padded = ctx.backend.embed(
-            [enc for _, enc in runnable], [i.request.params.normalize for i, _ in runnable]
-        )
+        if ctx.backend.task == "generate":
+            results, real, padded = _generate(cast(GenerativeBackend, ctx.backend), runnable, ctx)
+        else:
+            results, real, padded = _embed(cast(Backend, ctx.backend), runnable)
     except Exception as exc:
         if isinstance(exc, torch.OutOfMemoryError) and torch.cuda.is_available():
             torch.cuda.empty_cache()  # then split: each half needs about half the memory
@@ -176,15 +184,13 @@ def _compute(
         padded_tokens=padded,
     )
     out = []
-    for (item, enc), vector in zip(runnable, vectors, strict=True):
+    for (item, _), result in zip(runnable, results, strict=True):
         request = item.request
         reply = Reply(
             request_id=request.request_id,
             tenant=request.tenant,
             model=request.model,
-            result=EmbeddingResult(
-                embedding=vector, token_count=enc.token_count, truncated=enc.truncated
-            ),
+            result=result,
             timings=Timings(
                 queued_ms=max(0.0, (item.arrived_at - request.created_at.timestamp()) * 1000),
                 batch_wait_ms=max(0.0, (started - item.arrived_at) * 1000),
@@ -194,6 +200,66 @@ def _compute(
         )
         out.append((item, reply))
     return out
+
+
+Computed = tuple[list[EmbeddingResult | GenerationResult], int, int]
+
+
+def _embed(backend: Backend, runnable: list[tuple[BatchItem, EncodedItem]]) -> Computed:
+    normalize = [cast(EmbedParams, i.request.params).normalize for i, _ in runnable]
+    vectors, real, padded = backend.embed([enc for _, enc in runnable], normalize)
+    results: list[EmbeddingResult | GenerationResult] = [
+        EmbeddingResult(embedding=v, token_count=enc.token_count, truncated=enc.truncated)
+        for (_, enc), v in zip(runnable, vectors, strict=True)
+    ]
+    return results, real, padded
+
+
+def _generate(
+    backend: GenerativeBackend, runnable: list[tuple[BatchItem, EncodedItem]], ctx: BatchContext
+) -> Computed:
+    """Rows that asked to stream get their text as StreamDelta records as it is decoded
+    (numbered from 0; a rerun of the batch sends the same ones again). Sampling without a
+    seed is seeded from the request id, so a rerun samples the same tokens."""
+    params = [sampling_params(i.request) for i, _ in runnable]
+    seq = [0] * len(runnable)
+
+    def on_delta(row: int, text: str) -> None:
+        request = runnable[row][0].request
+        if not params[row].stream:
+            return
+        delta = StreamDelta(
+            request_id=request.request_id,
+            tenant=request.tenant,
+            model=request.model,
+            seq=seq[row],
+            text=text,
+        )
+        seq[row] += 1
+        ctx.sink.send(request.reply_to, delta)
+
+    outputs = backend.generate([enc for _, enc in runnable], params, on_delta)
+    results: list[EmbeddingResult | GenerationResult] = [
+        GenerationResult(
+            text=o.text,
+            finish_reason=o.finish_reason,
+            usage=Usage(prompt_tokens=o.prompt_tokens, completion_tokens=o.completion_tokens),
+            truncated=enc.truncated,
+        )
+        for (_, enc), o in zip(runnable, outputs, strict=True)
+    ]
+    lengths = [
+        len(enc.ids) + o.completion_tokens for (_, enc), o in zip(runnable, outputs, strict=True)
+    ]
+    return results, sum(lengths), max(lengths) * len(runnable)
+
+
+def sampling_params(request: Request) -> GenerateParams:
+    params = cast(GenerateParams, request.params)
+    if params.seed is not None:
+        return params
+    digest = hashlib.sha256(f"{request.tenant}/{request.request_id}".encode()).digest()
+    return params.model_copy(update={"seed": int.from_bytes(digest[:8], "big") >> 1})
 
 
 def _failure(item: BatchItem, error: ErrorInfo) -> Reply:

@@ -70,7 +70,8 @@ class Dispatcher:
         self.ledger = Ledger(
             connections.redis_client(settings), settings.topic_prefix, settings.answered_ttl_s
         )
-        self.models = set(known_models())
+        # one model per pipeline (topic prefix): its buckets' workers all host it
+        self.models = {settings.model} & set(known_models())
         self.batchers: dict[int, DynamicBatcher[Pending]] = {
             b: DynamicBatcher(settings.max_batch_tokens, settings.max_wait_ms, clock)
             for b in settings.buckets

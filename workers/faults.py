@@ -47,6 +47,10 @@ class FaultyBackend:
         return self.inner.name
 
     @property
+    def task(self) -> str:
+        return self.inner.task
+
+    @property
     def max_tokens(self) -> int:
         return self.inner.max_tokens
 

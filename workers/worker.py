@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, cast
 
 import redis
 import torch
@@ -31,11 +31,12 @@ from runtime import connections
 from runtime.delivery import DeliveryError, reliable_producer
 from runtime.models import model_spec
 from runtime.settings import Settings
-from schemas.messages import Batch, Reply
+from schemas.messages import Batch, Reply, StreamDelta
 from schemas.topics import Topics
 from workers.backends import EmbeddingBackend
-from workers.backends.base import Backend
+from workers.backends.base import Backend, ModelBackend
 from workers.backends.echo import EchoBackend
+from workers.backends.generation import GenerationBackend
 from workers.batch_runner import BatchContext, run_batch
 from workers.faults import FaultyBackend
 from workers.ledger import Ledger
@@ -65,7 +66,7 @@ class KafkaReplySink:
         )
         self._known_topics: set[str] = set()
 
-    def send(self, topic: str, reply: Reply) -> None:
+    def send(self, topic: str, reply: Reply | StreamDelta) -> None:
         if topic not in self._known_topics:
             connections.ensure_topics(self.settings, [topic], partitions=1)
             self._known_topics.add(topic)
@@ -87,12 +88,17 @@ def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
         pool.shutdown(wait=False)
 
 
-def load_backend(settings: Settings, buckets: list[int]) -> Backend:
+def load_backend(settings: Settings, buckets: list[int]) -> ModelBackend:
+    """The backend for ``settings.model``: by the model's task, or the echo backend."""
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     spec = model_spec(settings.model)
-    backend: Backend
-    if settings.worker_backend == "echo":
+    backend: ModelBackend
+    if spec.task == "generate":
+        if spec.test_model:
+            log.warning("%s is a TEST MODEL (random weights): its text is gibberish", spec.name)
+        backend = GenerationBackend(spec.name, spec.path, spec.max_tokens, device=settings.device)
+    elif settings.worker_backend == "echo":
         log.warning("ECHO BACKEND: no model runs; replies are not embeddings (benchmarks only)")
         backend = EchoBackend(spec.name, spec.path, spec.max_tokens)
     else:
@@ -100,7 +106,7 @@ def load_backend(settings: Settings, buckets: list[int]) -> Backend:
     if settings.fault_poison_marker or settings.fault_crash_marker or settings.fault_slow_marker:
         log.warning("FAULT INJECTION ENABLED: this worker fails marked inputs on purpose")
         backend = FaultyBackend(
-            backend,
+            cast(Backend, backend),
             poison=settings.fault_poison_marker,
             crash=settings.fault_crash_marker,
             slow=settings.fault_slow_marker,
@@ -112,7 +118,7 @@ def load_backend(settings: Settings, buckets: list[int]) -> Backend:
     return backend
 
 
-def health(backend: Backend, worker_id: str, buckets: list[int]) -> dict[str, Any]:
+def health(backend: ModelBackend, worker_id: str, buckets: list[int]) -> dict[str, Any]:
     t = backend.timings
     return {
         "worker_id": worker_id,

@@ -9,7 +9,16 @@ from pydantic import ValidationError
 
 from schemas.errors import ErrorCode
 from schemas.export import export_schemas
-from schemas.messages import EmbeddingResult, Reply, Request
+from schemas.messages import (
+    EmbeddingResult,
+    GenerateParams,
+    GenerationResult,
+    Reply,
+    Request,
+    StreamDelta,
+    Usage,
+    parse_reply_record,
+)
 
 
 def request(**overrides: object) -> Request:
@@ -70,11 +79,56 @@ def test_exported_json_schema_validates_what_pydantic_accepts(tmp_path: Path) ->
         "reply.v1.json",
         "dead-letter.v1.json",
         "invalidation.v1.json",
+        "stream-delta.v1.json",
     }
     schema = json.loads(paths["request.v1.json"].read_text())
     jsonschema.validate(json.loads(request().model_dump_json()), schema)
+    generate = request().model_copy(update={"task": "generate", "params": GenerateParams()})
+    jsonschema.validate(json.loads(generate.model_dump_json()), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"request_id": "r"}, schema)
+    delta = StreamDelta(request_id="r", tenant="t", model="m", seq=0, text="hi")
+    jsonschema.validate(
+        json.loads(delta.model_dump_json()),
+        json.loads(paths["stream-delta.v1.json"].read_text()),
+    )
+
+
+def test_generate_requests_take_generate_params() -> None:
+    base = json.loads(request().model_dump_json())
+    gen = Request.model_validate({**base, "task": "generate", "params": {"max_tokens": 5}})
+    assert isinstance(gen.params, GenerateParams) and gen.params.max_tokens == 5
+    assert isinstance(Request.model_validate_json(gen.model_dump_json()).params, GenerateParams)
+    defaulted = Request.model_validate({**base, "task": "generate", "params": {}})
+    assert defaulted.params == GenerateParams()
+    for bad in (
+        {**base, "params": {"max_tokens": 5}},  # an embed request with generate params
+        {**base, "task": "generate", "params": {"normalize": False}},
+        {**base, "task": "generate", "params": {"max_tokens": 0}},
+        {**base, "task": "generate", "params": {"temperature": -1}},
+        {**base, "task": "generate", "params": {"stop": [""]}},
+        {**base, "task": "translate"},
+    ):
+        with pytest.raises(ValidationError):
+            Request.model_validate(bad)
+
+
+def test_a_reply_topic_record_is_a_reply_or_a_delta() -> None:
+    delta = StreamDelta(request_id="r", tenant="t", model="m", seq=3, text='"type":"delta"')
+    assert parse_reply_record(delta.model_dump_json().encode()) == delta
+    final = Reply(
+        request_id="r",
+        tenant="t",
+        model="m",
+        result=GenerationResult(
+            text='say "type":"delta"',
+            finish_reason="stop",
+            usage=Usage(prompt_tokens=2, completion_tokens=4),
+        ),
+    )
+    assert parse_reply_record(final.model_dump_json().encode()) == final
+    with pytest.raises(ValidationError):
+        parse_reply_record(b'{"type":"delta"}')
 
 
 def test_an_invalidation_says_what_it_invalidates() -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
+
+from schemas.messages import GenerateParams
+
+FinishReason = Literal["stop", "length"]
 
 
 @dataclass
@@ -24,9 +29,28 @@ class EncodedItem:
     too_long: bool = False
 
 
-class Backend(Protocol):
+@dataclass
+class Generated:
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    prompt_tokens: int
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+class ModelBackend(Protocol):
+    """What every backend has: one model, loaded in three timed stages, and a tokenizer."""
+
     @property
     def name(self) -> str: ...
+
+    @property
+    def task(self) -> str:
+        """``embed`` or ``generate``: which batch method it has."""
+        ...
 
     @property
     def max_tokens(self) -> int: ...
@@ -42,8 +66,23 @@ class Backend(Protocol):
 
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]: ...
 
+
+class Backend(ModelBackend, Protocol):
+    """An embedding backend."""
+
     def embed(
         self, items: list[EncodedItem], normalize: list[bool]
     ) -> tuple[list[list[float]], int, int]:
         """Embeddings, real tokens and padded tokens of the batch (no too_long items)."""
         ...
+
+
+class GenerativeBackend(ModelBackend, Protocol):
+    """A text generation backend; ``on_delta(row, text)`` gets text as it is decoded."""
+
+    def generate(
+        self,
+        items: list[EncodedItem],
+        params: list[GenerateParams],
+        on_delta: Callable[[int, str], None] | None = None,
+    ) -> list[Generated]: ...

@@ -15,6 +15,8 @@ ECHO_DIM = 4
 
 
 class EchoBackend:
+    task = "embed"
+
     def __init__(self, name: str, model_dir: Path, max_tokens: int) -> None:
         self.name = name  # requests name the model; the worker's log says ECHO BACKEND
         self.max_tokens = max_tokens

@@ -45,6 +45,8 @@ def encode_texts(
 
 
 class EmbeddingBackend:
+    task = "embed"
+
     def __init__(self, name: str, model_dir: Path, max_tokens: int, device: str = "auto") -> None:
         self.name = name
         self.model_dir = model_dir

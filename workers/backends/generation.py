@@ -12,30 +12,16 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from schemas.messages import GenerateParams
-from workers.backends.base import EncodedItem, LoadTimings
+from workers.backends.base import EncodedItem, FinishReason, Generated, LoadTimings
 from workers.backends.embedding import pick_device
 
-FinishReason = Literal["stop", "length"]
 OnDelta = Callable[[int, str], None]  # (row, text)
-
-
-@dataclass
-class Generated:
-    text: str
-    token_ids: list[int]
-    finish_reason: FinishReason
-    prompt_tokens: int
-
-    @property
-    def completion_tokens(self) -> int:
-        return len(self.token_ids)
 
 
 class _Row:

@@ -1,0 +1,95 @@
+"""Generation through the whole pipeline (tansu, Redis, a dispatcher and a Celery worker
+hosting headrace-test-lm, the locally built TEST MODEL): greedy output equals the model's
+own decoding of each prompt, a stream gives the text in order and once, and bad requests
+get typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from producers.client import Client
+from runtime import tiny_lm
+from runtime.models import model_spec
+from runtime.processes import Pipeline
+from runtime.settings import Settings
+from schemas.errors import InputTooLongError, InvalidRequestError
+from schemas.messages import GenerateParams, GenerationResult
+from tests.conftest import pipeline_env, unique_prefix
+from workers.backends.generation import GenerationBackend
+
+pytestmark = pytest.mark.timeout(300)
+
+PROMPTS = [
+    "The headrace",
+    "Water leaves the river at the weir and runs along the channel to the wheel",
+    "A sluice at the head of the channel",
+]
+
+
+@pytest.fixture(scope="module")
+def client(stack: object) -> Iterator[Client]:
+    prefix = unique_prefix("generate")
+    env = pipeline_env(prefix, HEADRACE_MODEL=tiny_lm.NAME, HEADRACE_MAX_WAIT_MS="50")
+    settings = Settings(topic_prefix=prefix, model=tiny_lm.NAME)
+    with Pipeline(env=env), Client(settings, tenant="gen") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def local() -> GenerationBackend:
+    spec = model_spec(tiny_lm.NAME)
+    backend = GenerationBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
+    backend.load_weights()
+    backend.build()
+    return backend
+
+
+def test_greedy_generation_matches_the_model(client: Client, local: GenerationBackend) -> None:
+    submissions = [
+        client._submit_generation(p, None, None, GenerateParams(max_tokens=12)) for p in PROMPTS
+    ]
+    replies = [s.result(120) for s in submissions]
+    expected = local.generate(
+        local.encode(PROMPTS, [False] * len(PROMPTS)), [GenerateParams(max_tokens=12)] * 3
+    )
+    for reply, want in zip(replies, expected, strict=True):
+        assert isinstance(reply.result, GenerationResult), reply.error
+        assert reply.result.text == want.text
+        assert reply.result.finish_reason == want.finish_reason
+        assert reply.result.usage.completion_tokens == want.completion_tokens
+        assert reply.batch is not None and reply.timings is not None
+    again = client.generate(PROMPTS[1], max_tokens=12)
+    assert again.text == expected[1].text  # deterministic
+
+
+def test_a_stream_gives_the_text_in_order_once(client: Client) -> None:
+    async def collect() -> list[str]:
+        return [piece async for piece in client.stream(PROMPTS[0], max_tokens=24)]
+
+    pieces = asyncio.run(collect())
+    whole = client.generate(PROMPTS[0], max_tokens=24)
+    assert "".join(pieces) == whole.text
+    assert len(pieces) > 1  # streamed, not one piece at the end
+
+
+def test_sampling_is_seeded_and_stops_where_asked(client: Client) -> None:
+    hot = {"max_tokens": 16, "temperature": 1.2, "top_p": 0.9, "seed": 11}
+    assert client.generate(PROMPTS[2], **hot).text == client.generate(PROMPTS[2], **hot).text
+    free = client.generate(PROMPTS[1], max_tokens=20).text
+    stop = free[len(free) // 2 : len(free) // 2 + 2]
+    cut = client.generate(PROMPTS[1], max_tokens=20, stop=[stop])
+    assert cut.finish_reason == "stop" and cut.text == free[: free.find(stop)]
+
+
+def test_bad_generation_requests_get_typed_errors(client: Client) -> None:
+    with pytest.raises(InputTooLongError):
+        client.generate(" the wheel" * 400)
+    truncated = client.generate(" the wheel" * 400, truncate=True, max_tokens=4)
+    assert truncated.truncated and truncated.usage.prompt_tokens == tiny_lm.MAX_POSITIONS - 1
+    with pytest.raises(InvalidRequestError, match=r"serves 'embed'"):
+        client.generate("hi", model="all-MiniLM-L6-v2")
+    with pytest.raises(ValueError):
+        client.generate("hi", max_tokens=0)
