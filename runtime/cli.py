@@ -105,17 +105,59 @@ def dispatcher(log_level: str = "INFO") -> None:
 def worker(
     buckets: str = typer.Option("all", help="comma-separated bucket bounds, or 'all'"),
     log_level: str = "INFO",
+    plan: bool = typer.Option(False, "--plan", help="print the memory plan and exit"),
+    max_new_tokens: int = typer.Option(256, help="with --plan: tokens a sequence generates"),
 ) -> None:
     """Run a Celery worker for the chosen bucket queues (model loaded and warmed up first)."""
     from workers.worker import WarmUpFailed, serve
 
     _logging(log_level)
     settings = Settings()
+    if plan:
+        _print_plan(settings, _buckets(buckets, settings), max_new_tokens)
+        return
     try:
         serve(settings, _buckets(buckets, settings), loglevel=log_level)
     except WarmUpFailed as exc:
         console.print(f"[red]worker not ready:[/red] {exc}")
         raise typer.Exit(3) from exc
+
+
+def _print_plan(settings: Settings, buckets: list[int], max_new_tokens: int) -> None:
+    from runtime.models import model_spec
+    from workers.memory_plan import GIB, plan_model
+
+    spec = model_spec(settings.model)
+    device, p = plan_model(
+        spec.path,
+        settings.device,
+        buckets=buckets,
+        max_batch_tokens=settings.max_batch_tokens,
+        max_new_tokens=max_new_tokens,
+    )
+    table = Table(title=f"memory plan: {spec.name} on {device} (estimated)")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("device memory", f"{p.device_bytes / GIB:.2f} GiB"),
+        ("usable (x0.9)", f"{p.usable_bytes / GIB:.2f} GiB"),
+        ("weights", f"{p.weight_bytes / GIB:.3f} GiB"),
+        ("overhead", f"{p.overhead_bytes / GIB:.2f} GiB"),
+        ("activation bytes / token", f"{p.activation_bytes_per_token:,}"),
+        ("max batch tokens", f"{p.max_batch_tokens:,}"),
+    ]
+    if p.kv_bytes_per_token:  # a causal LM; an encoder keeps no KV cache
+        rows += [
+            ("KV bytes / token", f"{p.kv_bytes_per_token:,}"),
+            ("KV cache tokens", f"{p.kv_tokens:,}"),
+            (f"sequences of {p.sequence_tokens} tokens at once", f"{p.max_sequences:,}"),
+        ]
+    rows += [(f"rows per batch, bucket {b}", f"{n:,}") for b, n in p.bucket_rows.items()]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    for warning in p.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
 
 
 @app.command()

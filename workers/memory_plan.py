@@ -15,6 +15,7 @@ over the largest warm-up batch gives activation bytes per padded token, and
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -208,13 +209,18 @@ def plan(
     kv_per_token = shape.kv_bytes_per_token
     kv_budget = max(room - activations, 0) if kv_per_token else 0
     kv_tokens = kv_budget // kv_per_token if kv_per_token else 0
+
+    def tokens_of(prompt: int) -> int:  # prompt plus generated, within the context
+        total = prompt + max_new_tokens
+        return min(total, shape.max_positions) if shape.max_positions else total
+
     longest = max(buckets) if buckets else 0
-    sequence_tokens = longest + max_new_tokens
+    sequence_tokens = tokens_of(longest)
     rows: dict[int, int] = {}
     for bucket in sorted(buckets):
         by_batch = batch_tokens // bucket if bucket else 0
         if kv_per_token:
-            rows[bucket] = min(by_batch, kv_tokens // (bucket + max_new_tokens))
+            rows[bucket] = min(by_batch, kv_tokens // tokens_of(bucket))
         else:
             rows[bucket] = by_batch
     if kv_per_token:
@@ -237,4 +243,73 @@ def plan(
         bucket_rows=rows,
         measured=measured is not None,
         warnings=warnings,
+    )
+
+
+CUDA_OVERHEAD_BYTES = 512 * 1024**2  # CUDA context and allocator slack
+CPU_OVERHEAD_BYTES = 256 * 1024**2  # the interpreter, torch and the tokenizer
+
+
+def estimated_activation_bytes_per_token(model_dir: Path, dtype_bytes: int) -> int:
+    """About 12 x hidden size x bytes per token of a batch in one layer's forward pass
+    (attention and MLP intermediates; inference keeps one layer's at a time). For
+    all-MiniLM-L6-v2 in fp16 that is 9,216 against 8,464 measured on an H200."""
+    config = json.loads((model_dir / "config.json").read_text())
+    hidden = _first(config, "hidden_size", "n_embd")
+    return 12 * hidden * dtype_bytes
+
+
+def device_memory(device: str) -> tuple[str, int]:
+    """The device's name and total bytes: a CUDA device's memory, else the memory this
+    machine has available now (``MemAvailable``)."""
+    import torch
+
+    if device != "cpu" and torch.cuda.is_available():
+        index = torch.device(device if device != "auto" else "cuda").index or 0
+        props = torch.cuda.get_device_properties(index)
+        return props.name, int(props.total_memory)
+    available = 0
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    return "cpu", available or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def plan_model(
+    model_dir: Path,
+    device: str,
+    *,
+    buckets: list[int],
+    max_batch_tokens: int,
+    max_new_tokens: int = 256,
+    utilization: float = 0.9,
+    memory: dict[str, int] | None = None,
+) -> tuple[str, MemoryPlan]:
+    """The plan for a model directory on a device; ``memory`` (a backend's measured
+    ``weights_bytes``, ``peak_bytes_per_token``, ``reserved_bytes``) replaces estimates."""
+    name, total = device_memory(device)
+    on_cuda = name != "cpu"
+    dtype = "float16" if on_cuda else "float32"
+    shape = ModelShape.from_model_dir(model_dir, dtype=dtype)
+    measured = None
+    if memory and memory.get("weights_bytes") and memory.get("peak_bytes_per_token"):
+        measured = Measured(
+            weight_bytes=memory["weights_bytes"],
+            activation_bytes_per_token=memory["peak_bytes_per_token"],
+            reserved_bytes=memory.get("reserved_bytes", 0),
+        )
+    return name, plan(
+        shape,
+        total,
+        buckets=buckets,
+        max_batch_tokens=max_batch_tokens,
+        activation_bytes_per_token=estimated_activation_bytes_per_token(
+            model_dir, DTYPE_BYTES[dtype]
+        ),
+        overhead_bytes=CUDA_OVERHEAD_BYTES if on_cuda else CPU_OVERHEAD_BYTES,
+        utilization=utilization,
+        max_new_tokens=max_new_tokens if shape.kv_heads else 0,
+        measured=measured,
     )

@@ -157,3 +157,17 @@ def test_weights_are_counted_from_safetensors_headers(tmp_path: Path) -> None:
 def test_a_config_without_layers_is_refused() -> None:
     with pytest.raises(ValueError, match="num_hidden_layers"):
         ModelShape.from_config({"hidden_size": 8}, params=1)
+
+
+def test_the_test_model_planned_on_this_machine(tmp_path: Path) -> None:
+    """The worker's --plan path: the test LM's own files, this machine's memory."""
+    from runtime import tiny_lm
+    from workers.memory_plan import plan_model
+
+    model_dir = tiny_lm.ensure(tmp_path)
+    device, p = plan_model(model_dir, "cpu", buckets=[64, 512], max_batch_tokens=4096)
+    assert device == "cpu" and p.device_bytes > 0
+    assert p.weight_bytes == safetensors_size(model_dir)[1]  # stored and run in float32
+    assert p.kv_bytes_per_token == 2 * 2 * 4 * 16 * 4  # 2 layers, 4 heads of 16, fp32
+    assert p.sequence_tokens == tiny_lm.MAX_POSITIONS  # 512 + 256 capped at the context
+    assert p.bucket_rows[512] == 4096 // 512 and not p.measured
