@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     model: str = "all-MiniLM-L6-v2"
     # "echo": a labelled stand-in that runs no model, for benchmarks of the pipeline path
     worker_backend: Literal["model", "echo"] = "model"
+    # generation models: "transformers" (CPU or CUDA, batched in the worker) or "vllm"
+    # (vLLM's async engine in the worker process; extra [vllm], GPU)
+    generation_backend: Literal["transformers", "vllm"] = "transformers"
+    vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    vllm_max_num_seqs: int = Field(default=256, ge=1)
+    vllm_max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    vllm_enable_prefix_caching: bool = True
     torch_threads: int | None = None
     device: str = "auto"  # "auto" picks cuda when present, else cpu
     load_weights_timeout_s: float = Field(default=300.0, gt=0)
@@ -170,6 +177,16 @@ class Settings(BaseSettings):
         return cls(**overrides)
 
     # --- derived ---------------------------------------------------------------------
+    def vllm_engine_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "gpu_memory_utilization": self.vllm_gpu_memory_utilization,
+            "max_num_seqs": self.vllm_max_num_seqs,
+            "enable_prefix_caching": self.vllm_enable_prefix_caching,
+        }
+        if self.vllm_max_num_batched_tokens is not None:
+            args["max_num_batched_tokens"] = self.vllm_max_num_batched_tokens
+        return args
+
     def kafka_options(self) -> dict[str, Any]:
         """Connection options shared by every kafka-python client."""
         options: dict[str, Any] = {

@@ -137,7 +137,7 @@ class Usage(_Message):
 
 class GenerationResult(_Message):
     text: str
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "abort"]
     usage: Usage
     truncated: bool = False  # the prompt's start was cut to fit the context
 

@@ -37,6 +37,7 @@ from workers.backends import EmbeddingBackend
 from workers.backends.base import Backend, ModelBackend
 from workers.backends.echo import EchoBackend
 from workers.backends.generation import GenerationBackend
+from workers.backends.vllm_engine import VLLMBackend
 from workers.batch_runner import BatchContext, run_batch
 from workers.faults import FaultyBackend
 from workers.ledger import Ledger
@@ -97,7 +98,14 @@ def load_backend(settings: Settings, buckets: list[int]) -> ModelBackend:
     if spec.task == "generate":
         if spec.test_model:
             log.warning("%s is a TEST MODEL (random weights): its text is gibberish", spec.name)
-        backend = GenerationBackend(spec.name, spec.path, spec.max_tokens, device=settings.device)
+        if settings.generation_backend == "vllm":
+            backend = VLLMBackend(
+                spec.name, spec.path, spec.max_tokens, settings.vllm_engine_args()
+            )
+        else:
+            backend = GenerationBackend(
+                spec.name, spec.path, spec.max_tokens, device=settings.device
+            )
     elif settings.worker_backend == "echo":
         log.warning("ECHO BACKEND: no model runs; replies are not embeddings (benchmarks only)")
         backend = EchoBackend(spec.name, spec.path, spec.max_tokens)

@@ -8,7 +8,7 @@ from typing import Literal, Protocol
 
 from schemas.messages import GenerateParams
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "abort"]  # abort: cancelled while running
 
 
 @dataclass

@@ -1,0 +1,151 @@
+"""The vLLM adapter against a fake engine with vLLM's async interface (vLLM cannot run on
+these machines): every row is added to the engine at once, deltas come out in order per row
+on the caller's thread, sampling parameters reach the engine, abort ends a row early, and an
+engine error fails the batch."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from schemas.messages import GenerateParams
+from workers.backends.base import EncodedItem
+from workers.backends.vllm_engine import VLLMBackend, sampling_kwargs
+
+
+class FakeTokenizer:
+    def __call__(self, texts: str | list[str]) -> dict[str, Any]:
+        if isinstance(texts, str):
+            return {"input_ids": [len(w) for w in texts.split()] or [1]}
+        return {"input_ids": [[len(w) for w in t.split()] for t in texts]}
+
+
+class FakeEngine:
+    """Cumulative outputs, one word per step: ``w<prompt length>.<step>``; honours
+    max_tokens and stop, ends with ``abort`` when aborted, fails on prompt [13]."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.max_active = 0
+        self.seen: list[dict[str, Any]] = []
+        self.aborted: set[str] = set()
+        self.started = threading.Event()
+
+    async def generate(
+        self, prompt: dict[str, list[int]], sampling: dict[str, Any], request_id: str
+    ) -> AsyncIterator[Any]:
+        self.seen.append(sampling)
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            if prompt["prompt_token_ids"] == [13]:
+                raise RuntimeError("engine failed")
+            text, tokens, reason = "", [], None
+            for step in range(sampling["max_tokens"]):
+                await asyncio.sleep(0.002)
+                if request_id in self.aborted:
+                    reason = "abort"
+                    break
+                word = f" w{len(prompt['prompt_token_ids'])}.{step}"
+                if any(s in text + word for s in sampling["stop"]):
+                    reason = "stop"
+                    break
+                text, tokens = text + word, [*tokens, step]
+                yield _output(text, tokens, None)
+                self.started.set()  # a word is out
+            yield _output(text, tokens, reason or "length")
+        finally:
+            self.active -= 1
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.add(request_id)
+
+
+def _output(text: str, tokens: list[int], reason: str | None) -> Any:
+    completion = SimpleNamespace(text=text, token_ids=tokens, finish_reason=reason)
+    return SimpleNamespace(outputs=[completion], finished=reason is not None)
+
+
+@pytest.fixture
+def engine_and_backend() -> tuple[FakeEngine, VLLMBackend]:
+    engine = FakeEngine()
+    backend = VLLMBackend(
+        "fake",
+        Path("/nonexistent"),
+        512,
+        {"gpu_memory_utilization": 0.5, "max_num_seqs": 8},
+        engine_factory=lambda path, args: engine,
+        sampling=sampling_kwargs,
+        tokenizer=FakeTokenizer(),
+    )
+    backend.load_weights()
+    backend.warm_up([16])
+    engine.seen.clear()
+    engine.started.clear()
+    return engine, backend
+
+
+def test_rows_run_together_and_stream_in_order(
+    engine_and_backend: tuple[FakeEngine, VLLMBackend],
+) -> None:
+    engine, backend = engine_and_backend
+    items = backend.encode(["a b", "c d e", "f"], [False] * 3)
+    params = [
+        GenerateParams(max_tokens=5),
+        GenerateParams(max_tokens=3, seed=4, temperature=0.7, top_p=0.9),
+        GenerateParams(max_tokens=6, stop=(" w1.2",)),
+    ]
+    caller = threading.get_ident()
+    deltas: dict[int, list[str]] = {0: [], 1: [], 2: []}
+
+    def on_delta(row: int, text: str) -> None:
+        assert threading.get_ident() == caller  # handed over on the task's own thread
+        deltas[row].append(text)
+
+    out = backend.generate(items, params, on_delta)
+    assert engine.max_active == 3  # all added at once: the engine batches them
+    assert [o.text for o in out] == [" w2.0 w2.1 w2.2 w2.3 w2.4", " w3.0 w3.1 w3.2", " w1.0 w1.1"]
+    assert [o.finish_reason for o in out] == ["length", "length", "stop"]
+    assert all("".join(deltas[i]) == out[i].text for i in range(3))
+    assert deltas[0] == [" w2.0", " w2.1", " w2.2", " w2.3", " w2.4"]
+    assert engine.seen[1] == {
+        "n": 1,
+        "max_tokens": 3,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "stop": [],
+        "seed": 4,
+    }
+    assert out[0].prompt_tokens == 2 and out[0].completion_tokens == 5
+
+
+def test_abort_ends_a_row_early(engine_and_backend: tuple[FakeEngine, VLLMBackend]) -> None:
+    engine, backend = engine_and_backend
+    [item] = backend.encode(["a long prompt"], [False])
+    result: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: result.extend(
+            backend.generate([item], [GenerateParams(max_tokens=4000)], request_ids=["req-1"])
+        )
+    )
+    worker.start()
+    assert engine.started.wait(5)
+    backend.abort("req-1")
+    worker.join(10)
+    assert result and result[0].finish_reason == "abort"
+    assert 0 < result[0].completion_tokens < 4000
+
+
+def test_an_engine_error_fails_the_batch(
+    engine_and_backend: tuple[FakeEngine, VLLMBackend],
+) -> None:
+    _, backend = engine_and_backend
+    items = [EncodedItem(ids=[13], token_count=1), EncodedItem(ids=[1, 2], token_count=2)]
+    with pytest.raises(RuntimeError, match="engine failed"):
+        backend.generate(items, [GenerateParams(max_tokens=2)] * 2)

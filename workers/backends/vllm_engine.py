@@ -1,0 +1,221 @@
+"""Generation with vLLM's async engine, hosted in the worker process (extra ``[vllm]``; GPU).
+
+Each row of a batch is added to the engine as its own request (``engine.generate(prompt,
+sampling_params, request_id)``, an async generator of cumulative ``RequestOutput``s); vLLM's
+continuous batching schedules them with whatever else is running. The engine lives on an
+event loop in a background thread; the Celery task thread waits on a queue and gets every
+delta on its own thread, in order per row. ``abort`` ends rows early (cancel).
+
+vLLM is imported only when a real engine is built; tests drive the adapter with a fake engine
+of the same interface (vLLM cannot run on these machines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from schemas.messages import GenerateParams
+from workers.backends.base import EncodedItem, FinishReason, Generated, LoadTimings
+
+EngineFactory = Callable[[Path, dict[str, Any]], "AsyncEngine"]
+
+
+class AsyncEngine(Protocol):
+    def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str
+    ) -> AsyncIterator[Any]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+
+def vllm_engine(model_dir: Path, engine_args: dict[str, Any]) -> AsyncEngine:
+    """A real vLLM AsyncLLMEngine (GPU). ``engine_args``: gpu_memory_utilization,
+    max_num_seqs, max_num_batched_tokens, enable_prefix_caching, ..."""
+    from vllm import AsyncEngineArgs, AsyncLLMEngine
+
+    args = AsyncEngineArgs(model=str(model_dir), **engine_args)
+    engine: AsyncEngine = AsyncLLMEngine.from_engine_args(args)
+    return engine
+
+
+def vllm_sampling(params: GenerateParams) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(**sampling_kwargs(params))
+
+
+def sampling_kwargs(params: GenerateParams) -> dict[str, Any]:
+    """GenerateParams as vLLM SamplingParams keywords (temperature 0 is greedy there too)."""
+    return {
+        "n": 1,
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "stop": list(params.stop),
+        "seed": params.seed,
+    }
+
+
+@dataclass
+class _Event:
+    row: int
+    delta: str = ""
+    done: Generated | None = None
+    error: BaseException | None = None
+
+
+class VLLMBackend:
+    task = "generate"
+
+    def __init__(
+        self,
+        name: str,
+        model_dir: Path,
+        max_tokens: int,
+        engine_args: dict[str, Any],
+        *,
+        engine_factory: EngineFactory = vllm_engine,
+        sampling: Callable[[GenerateParams], Any] = vllm_sampling,
+        tokenizer: Any = None,
+    ) -> None:
+        self.name = name
+        self.model_dir = model_dir
+        self.max_tokens = max_tokens
+        self.engine_args = engine_args
+        self.device = "cuda (vLLM)"
+        self.timings = LoadTimings()
+        self._factory = engine_factory
+        self._sampling = sampling
+        self._tokenizer = tokenizer
+        self._engine: AsyncEngine | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm", daemon=True)
+        self._running: dict[str, Future[None]] = {}
+
+    # --- loading ------------------------------------------------------------------------
+    def load_weights(self) -> None:
+        """Building the engine loads the weights and profiles memory (vLLM does both)."""
+        start = time.perf_counter()
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
+        self._thread.start()
+        self._engine = self._call(self._make_engine())
+        self.timings.load_weights_s = time.perf_counter() - start
+
+    async def _make_engine(self) -> AsyncEngine:
+        return self._factory(self.model_dir, self.engine_args)
+
+    def build(self) -> None:
+        pass  # vLLM builds its CUDA graphs while it starts
+
+    def warm_up(self, buckets: list[int]) -> None:
+        start = time.perf_counter()
+        filler = self._tokenizer(" the")["input_ids"][-1]
+        items = [
+            EncodedItem(ids=[filler] * min(b, self.max_tokens - 2), token_count=b) for b in buckets
+        ]
+        self.generate(items, [GenerateParams(max_tokens=2)] * len(items))
+        self.timings.warm_up_s = time.perf_counter() - start
+
+    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
+        limit = self.max_tokens - 1
+        out = []
+        for ids, cut in zip(self._tokenizer(texts)["input_ids"], truncate, strict=True):
+            if len(ids) <= limit:
+                out.append(EncodedItem(ids=ids, token_count=len(ids)))
+            elif cut:
+                out.append(EncodedItem(ids=ids[-limit:], token_count=limit, truncated=True))
+            else:
+                out.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
+        return out
+
+    # --- the batch path -----------------------------------------------------------------
+    def generate(
+        self,
+        items: list[EncodedItem],
+        params: list[GenerateParams],
+        on_delta: Callable[[int, str], None] | None = None,
+        request_ids: list[str] | None = None,
+    ) -> list[Generated]:
+        """Every row added to the engine at once; deltas are handed to ``on_delta`` on this
+        thread as they come. ``request_ids`` name the rows in the engine (for ``abort``)."""
+        ids = request_ids or [f"row-{id(items)}-{i}" for i in range(len(items))]
+        events: queue.Queue[_Event] = queue.Queue()
+        for row, (item, p, rid) in enumerate(zip(items, params, ids, strict=True)):
+            future = asyncio.run_coroutine_threadsafe(
+                self._row(row, item, p, rid, events), self._loop
+            )
+            self._running[rid] = future
+        results: list[Generated | None] = [None] * len(items)
+        try:
+            while any(r is None for r in results):
+                event = events.get()
+                if event.error is not None:
+                    raise event.error
+                if event.delta and on_delta is not None:
+                    on_delta(event.row, event.delta)
+                if event.done is not None:
+                    results[event.row] = event.done
+        finally:
+            for rid in ids:
+                self._running.pop(rid, None)
+        return [r for r in results if r is not None]
+
+    async def _row(
+        self,
+        row: int,
+        item: EncodedItem,
+        params: GenerateParams,
+        rid: str,
+        events: queue.Queue[_Event],
+    ) -> None:
+        assert self._engine is not None
+        sent = 0
+        last: Any = None
+        try:
+            prompt = {"prompt_token_ids": item.ids}
+            async for output in self._engine.generate(prompt, self._sampling(params), rid):
+                last = output
+                text = output.outputs[0].text
+                if len(text) > sent:
+                    events.put(_Event(row, delta=text[sent:]))
+                    sent = len(text)
+            assert last is not None
+            completion = last.outputs[0]
+            reason: FinishReason = completion.finish_reason or "stop"
+            if reason not in ("stop", "length", "abort"):
+                reason = "stop"
+            events.put(
+                _Event(
+                    row,
+                    done=Generated(
+                        text=completion.text,
+                        token_ids=list(completion.token_ids),
+                        finish_reason=reason,
+                        prompt_tokens=len(item.ids),
+                    ),
+                )
+            )
+        except BaseException as exc:  # the waiting thread raises it (the batch is bisected)
+            events.put(_Event(row, error=exc))
+
+    def abort(self, request_id: str) -> None:
+        """Stop a running row; it finishes with ``abort`` and the text it had."""
+        if self._engine is not None and request_id in self._running:
+            self._call(self._engine.abort(request_id))
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
