@@ -19,10 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, File, Form, Header, HTTPException, Request, UploadFile
+from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import AnyHttpUrl, BaseModel, Field
 
+from jobs.api import ApiError, Tenant
+from jobs.completions import completions_router
 from jobs.files import is_s3
 from jobs.formats import STATUS_OF
 from jobs.lifecycle import FINAL, JobStatus
@@ -34,13 +36,6 @@ from runtime.settings import Settings
 from schemas.errors import InputTooLongError, InvalidRequestError, UnknownModelError
 from schemas.messages import EmbeddingResult
 from schemas.openai_batch import EMBEDDINGS_URL
-
-
-class ApiError(HTTPException):
-    def __init__(self, status: int, message: str, code: str, kind: str = "invalid_request_error"):
-        super().__init__(status_code=status, detail=message)
-        self.code = code
-        self.kind = kind
 
 
 class BatchCreate(BaseModel):
@@ -61,20 +56,6 @@ class EmbeddingsCreate(BaseModel):
     model: str
     input: str | list[str]
     encoding_format: Literal["float"] = "float"
-
-
-def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    """The tenant of the request's bearer API key (401 without one or with a wrong one)."""
-    if not authorization or not authorization.startswith("Bearer "):
-        raise ApiError(401, "no API key: send Authorization: Bearer <key>", "missing_api_key")
-    store: JobStore = request.app.state.store
-    tenant = store.tenant_of_key(authorization.removeprefix("Bearer ").strip())
-    if tenant is None:
-        raise ApiError(401, "incorrect API key", "invalid_api_key")
-    return tenant
-
-
-Tenant = Annotated[str, Depends(tenant_of)]
 
 
 def _unix(moment: datetime | None) -> int | None:
@@ -227,6 +208,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if job.metadata_.get("kind") != KIND:
             raise ApiError(404, f"no job {job_id}", "job_not_found")
         return job_object(job)
+
+    app.include_router(completions_router(client_for))
 
     # --- synchronous embeddings --------------------------------------------------------------
     @app.post(EMBEDDINGS_URL)

@@ -147,6 +147,7 @@ class Client:
         tags: Sequence[str] = (),
         cache_class: str = "default",
         generation: GenerateParams | None = None,
+        session_id: str | None = None,
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
         ``InvalidRequestError`` subclass naming the first bad text. ``generation``: the
@@ -198,6 +199,7 @@ class Client:
                 created_at=now,
                 token_count=tokens,
                 cache=directive,
+                session_id=session_id,
             )
             # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
             if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
@@ -330,11 +332,15 @@ class Client:
         model: str | None = None,
         wait_s: float = 120.0,
         request_id: str | None = None,
+        session_id: str | None = None,
         **params: Any,
     ) -> GenerationResult:
         """Generate from ``prompt`` (GenerateParams fields as keywords: max_tokens,
-        temperature, top_p, stop, seed, truncate); raises RequestFailedError on an error."""
-        submission = self._submit_generation(prompt, model, request_id, GenerateParams(**params))
+        temperature, top_p, stop, seed, truncate); raises RequestFailedError on an error.
+        ``session_id``: a turn of that conversation (its history comes first)."""
+        submission = self._submit_generation(
+            prompt, model, request_id, GenerateParams(**params), session_id
+        )
         return _generation(submission.result(wait_s))
 
     async def stream(
@@ -344,11 +350,35 @@ class Client:
         model: str | None = None,
         wait_s: float = 120.0,
         request_id: str | None = None,
+        session_id: str | None = None,
         **params: Any,
     ) -> AsyncIterator[str]:
         """``async for text in client.stream(prompt, max_tokens=...)``: the generated text
         in order, each piece once, as the worker decodes it. Raises RequestFailedError if
         the request fails (after any text already given)."""
+        events = self.stream_events(
+            prompt,
+            model=model,
+            wait_s=wait_s,
+            request_id=request_id,
+            session_id=session_id,
+            **params,
+        )
+        async for event in events:
+            if isinstance(event, str):
+                yield event
+
+    async def stream_events(
+        self,
+        prompt: str,
+        *,
+        model: str | None = None,
+        wait_s: float = 120.0,
+        request_id: str | None = None,
+        session_id: str | None = None,
+        **params: Any,
+    ) -> AsyncIterator[str | GenerationResult]:
+        """As ``stream``, then the final GenerationResult (finish reason, usage) last."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[StreamDelta | Reply] = asyncio.Queue()
         generation = GenerateParams(**{**params, "stream": True})
@@ -361,7 +391,7 @@ class Client:
 
         self._listener.watch(self.tenant, rid, on_delta)
         submission = await asyncio.to_thread(
-            self._submit_generation, prompt, model, rid, generation
+            self._submit_generation, prompt, model, rid, generation, session_id
         )
         submission.future.add_done_callback(
             lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.result())
@@ -378,18 +408,24 @@ class Client:
                 for piece in assembler.add(item):
                     yield piece
                 continue
-            _generation(item)  # raises on an error reply
+            result = _generation(item)  # raises on an error reply
             rest = assembler.finish(item)
             if rest:
                 yield rest
+            yield result
             return
 
     def _submit_generation(
-        self, prompt: str, model: str | None, request_id: str | None, params: GenerateParams
+        self,
+        prompt: str,
+        model: str | None,
+        request_id: str | None,
+        params: GenerateParams,
+        session_id: str | None = None,
     ) -> Submission:
         ids = [request_id] if request_id is not None else None
         [(request, bucket)] = self.prepare(
-            [prompt], model=model, request_ids=ids, generation=params
+            [prompt], model=model, request_ids=ids, generation=params, session_id=session_id
         )
         submission = self.send(request, bucket)
         self.flush()

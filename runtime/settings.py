@@ -77,6 +77,8 @@ class Settings(BaseSettings):
     vllm_max_num_seqs: int = Field(default=256, ge=1)
     vllm_max_num_batched_tokens: int | None = Field(default=None, ge=1)
     vllm_enable_prefix_caching: bool = True
+    sessions_s3_bucket: str = "headrace-sessions"  # idle conversation histories, zstd
+    session_ttl_s: float = Field(default=7 * 24 * 3600, gt=0)  # in Redis since last write
     torch_threads: int | None = None
     device: str = "auto"  # "auto" picks cuda when present, else cpu
     load_weights_timeout_s: float = Field(default=300.0, gt=0)

@@ -83,6 +83,9 @@ class Request(_Message):
     created_at: AwareDatetime = Field(default_factory=utc_now)
     token_count: Annotated[int, Field(ge=0)] | None = None
     cache: CacheDirective | None = None  # set by clients that read the result cache
+    # generation only: the conversation this turn belongs to (its history is the prompt's
+    # start; the turn and its answer are appended to it)
+    session_id: Identifier | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -101,6 +104,8 @@ class Request(_Message):
                 self.params = wanted()
             else:
                 raise ValueError(f"a {self.task} request takes {wanted.__name__}")
+        if self.session_id is not None and self.task != "generate":
+            raise ValueError("session_id is for generate requests")
         return self
 
 

@@ -33,6 +33,8 @@ from schemas.messages import (
     Timings,
     Usage,
 )
+from sessions.prompt import exchange, render_prompt
+from sessions.store import SessionStore
 from workers.admission import admission_error
 from workers.backends.base import Backend, EncodedItem, GenerativeBackend, ModelBackend
 from workers.ledger import ClaimState, Ledger
@@ -60,6 +62,7 @@ class BatchContext:
     stats: dict[str, float] = field(default_factory=lambda: {"batches": 0, "replies": 0})
     # called with the replies about to be sent (the cache's write-through)
     before_delivery: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
+    sessions: SessionStore | None = None  # conversation histories of generate requests
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
@@ -89,6 +92,7 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         (item, _failure(item, CANCELLED) if late else reply)
         for (item, reply), late in zip(replies, cancelled, strict=True)
     ]
+    _record_sessions(replies, ctx)
     if ctx.before_delivery is not None:
         try:
             ctx.before_delivery(replies)
@@ -115,6 +119,28 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
 CANCELLED = ErrorInfo(code=ErrorCode.cancelled, message="cancelled")
 
 
+def _prompt(request: Request, ctx: BatchContext) -> str:
+    """The text to encode: the input, after its session's history for a session turn."""
+    if request.session_id is None or ctx.sessions is None:
+        return request.input
+    session = ctx.sessions.get(request.tenant, request.session_id)
+    return render_prompt(session.turns, request.input)
+
+
+def _record_sessions(replies: list[tuple[BatchItem, Reply]], ctx: BatchContext) -> None:
+    """Append each answered session turn and its answer to the session (merging with any
+    concurrent write; idempotent by request id)."""
+    if ctx.sessions is None:
+        return
+    for item, reply in replies:
+        request = item.request
+        if request.session_id is None or not isinstance(reply.result, GenerationResult):
+            continue
+        session = ctx.sessions.get(request.tenant, request.session_id)
+        turns = exchange(request.request_id, request.input, reply.result.text)
+        ctx.sessions.append(session, turns)
+
+
 def _answer(
     batch: Batch, items: list[BatchItem], ctx: BatchContext
 ) -> list[tuple[BatchItem, Reply]]:
@@ -132,7 +158,7 @@ def _answer(
         return replies
     started = ctx.clock()  # compute time counts tokenisation and the forward pass
     encoded = backend.encode(
-        [i.request.input for i in admitted], [i.request.params.truncate for i in admitted]
+        [_prompt(i.request, ctx) for i in admitted], [i.request.params.truncate for i in admitted]
     )
     runnable: list[tuple[BatchItem, EncodedItem]] = []
     for item, enc in zip(admitted, encoded, strict=True):

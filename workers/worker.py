@@ -33,6 +33,7 @@ from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.messages import Batch, Reply, StreamDelta
 from schemas.topics import Topics
+from sessions.store import SessionStore
 from workers.backends import EmbeddingBackend
 from workers.backends.base import Backend, ModelBackend
 from workers.backends.echo import EchoBackend
@@ -146,6 +147,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         raise ValueError(f"buckets {unknown} are not configured ({settings.buckets})")
     worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     backend = load_backend(settings, buckets)
+    spec = model_spec(settings.model)
     print("LOADED " + json.dumps(health(backend, worker_id, buckets)), flush=True)
 
     topics = Topics(settings.topic_prefix)
@@ -158,6 +160,15 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         worker_id=worker_id,
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
+        sessions=SessionStore(
+            redis_client,
+            connections.s3_client(settings),
+            settings.sessions_s3_bucket,
+            settings.topic_prefix,
+            ttl_s=settings.session_ttl_s,
+        )
+        if spec.task == "generate"
+        else None,
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,

@@ -6,17 +6,20 @@ get typed errors."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from producers.client import Client
-from runtime import tiny_lm
+from runtime import connections, tiny_lm
 from runtime.models import model_spec
 from runtime.processes import Pipeline
 from runtime.settings import Settings
 from schemas.errors import InputTooLongError, InvalidRequestError
 from schemas.messages import GenerateParams, GenerationResult
+from sessions.prompt import exchange, render_prompt
+from sessions.store import SessionStore
 from tests.conftest import pipeline_env, unique_prefix
 from workers.backends.generation import GenerationBackend
 
@@ -93,3 +96,30 @@ def test_bad_generation_requests_get_typed_errors(client: Client) -> None:
         client.generate("hi", model="all-MiniLM-L6-v2")
     with pytest.raises(ValueError):
         client.generate("hi", max_tokens=0)
+
+
+def test_a_session_carries_the_conversation(client: Client, local: GenerationBackend) -> None:
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    first = client.generate("The headrace", max_tokens=6, session_id=sid)
+    second = client.generate("A sluice", max_tokens=6, session_id=sid)
+    transcript = render_prompt(exchange("r", "The headrace", first.text), "A sluice")
+    [want] = local.generate(local.encode([transcript], [False]), [GenerateParams(max_tokens=6)])
+    assert second.text == want.text  # the history came first in its prompt
+    assert second.usage.prompt_tokens == want.prompt_tokens
+    settings = client.settings
+    store = SessionStore(
+        connections.redis_client(settings),
+        connections.s3_client(settings),
+        settings.sessions_s3_bucket,
+        settings.topic_prefix,
+    )
+    session = store.get("gen", sid)
+    assert session.version == 2
+    assert [t.content for t in session.turns] == [
+        "The headrace",
+        first.text,
+        "A sluice",
+        second.text,
+    ]
+    with pytest.raises(ValueError, match="session_id is for generate"):
+        client.prepare(["hi"], model="all-MiniLM-L6-v2", session_id=sid)

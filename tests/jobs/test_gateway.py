@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,58 +14,17 @@ import httpx
 import pytest
 
 from runtime.processes import Pipeline
+from tests.jobs.gateway_proc import auth, running_gateway
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def gateway(
     shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path
 ) -> Iterator[tuple[str, dict[str, str]]]:
-    env = {
-        **os.environ,
-        "HEADRACE_TOPIC_PREFIX": shared_prefix,
-        "HEADRACE_STATE_DIR": str(tmp_path / "state"),
-        "HEADRACE_SQL_URL": f"sqlite:///{tmp_path}/gateway.db",
-    }
-    cli = [sys.executable, "-m", "runtime.cli"]
-    keys = {
-        tenant: subprocess.run(
-            [*cli, "api-key", "create", "--tenant", tenant],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        for tenant in ("acme", "globex")
-    }
-    port = free_port()
-    log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([*cli, "gateway", "--port", str(port)], env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{url}/openapi.json", timeout=1)
-            break
-        except httpx.TransportError:
-            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.2)
-    yield url, keys
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+    with running_gateway({"HEADRACE_TOPIC_PREFIX": shared_prefix}, tmp_path) as running:
+        yield running
 
 
 def test_batch_round_trip_isolation_and_errors(gateway: tuple[str, dict[str, str]]) -> None:

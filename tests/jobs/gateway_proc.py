@@ -1,0 +1,69 @@
+"""A real ``headrace gateway`` process for tests, with an API key per tenant."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@contextlib.contextmanager
+def running_gateway(
+    extra_env: dict[str, str], tmp_path: Path, tenants: tuple[str, ...] = ("acme", "globex")
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """(base URL, tenant -> API key) of a gateway on its own port, state dir and SQLite."""
+    env = {
+        **os.environ,
+        "HEADRACE_STATE_DIR": str(tmp_path / "state"),
+        "HEADRACE_SQL_URL": f"sqlite:///{tmp_path}/gateway.db",
+        **extra_env,
+    }
+    cli = [sys.executable, "-m", "runtime.cli"]
+    keys = {
+        tenant: subprocess.run(
+            [*cli, "api-key", "create", "--tenant", tenant],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for tenant in tenants
+    }
+    port = free_port()
+    log_path = tmp_path / "gateway.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [*cli, "gateway", "--port", str(port)], env=env, stdout=log, stderr=log
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/openapi.json", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "the gateway did not start"
+                time.sleep(0.2)
+        try:
+            yield url, keys
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)

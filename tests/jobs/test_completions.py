@@ -1,0 +1,110 @@
+"""``/v1/completions`` and ``/v1/chat/completions`` on a real gateway process, a real HTTP
+client, and a pipeline serving headrace-test-lm (the locally built TEST MODEL): the OpenAI
+shapes, SSE streams that add up to the non-streamed text, and typed errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime import tiny_lm
+from runtime.localstack import LocalStack
+from runtime.processes import Pipeline
+from tests.conftest import pipeline_env, unique_prefix
+from tests.jobs.gateway_proc import auth, running_gateway
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    stack: LocalStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, dict[str, str]]]:
+    prefix = unique_prefix("completions")
+    env = pipeline_env(prefix, HEADRACE_MODEL=tiny_lm.NAME, HEADRACE_MAX_WAIT_MS="50")
+    tmp_path: Path = tmp_path_factory.mktemp("gateway")
+    with Pipeline(env=env), running_gateway(env, tmp_path, tenants=("acme",)) as running:
+        yield running
+
+
+def sse_events(response: httpx.Response) -> list[dict[str, object] | str]:
+    events: list[dict[str, object] | str] = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line.removeprefix("data: ")
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+def test_completions_plain_and_streamed(gateway: tuple[str, dict[str, str]]) -> None:
+    url, keys = gateway
+    body = {"model": tiny_lm.NAME, "prompt": "The headrace", "max_tokens": 10, "temperature": 0}
+    with httpx.Client(base_url=url, timeout=120, headers=auth(keys["acme"])) as http:
+        plain = http.post("/v1/completions", json=body)
+        assert plain.status_code == 200, plain.text
+        out = plain.json()
+        assert out["object"] == "text_completion" and out["id"].startswith("cmpl-")
+        choice = out["choices"][0]
+        assert choice["finish_reason"] in ("stop", "length") and choice["text"]
+        usage = out["usage"]
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+        with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as streamed:
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+            events = sse_events(streamed)
+        assert events[-1] == "[DONE]"
+        chunks = [e for e in events if isinstance(e, dict)]
+        text = "".join(str(c["choices"][0]["text"]) for c in chunks)  # type: ignore[index]
+        assert text == choice["text"]
+        assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"]  # type: ignore[index]
+
+
+def test_chat_completions_plain_and_streamed(gateway: tuple[str, dict[str, str]]) -> None:
+    url, keys = gateway
+    body = {
+        "model": tiny_lm.NAME,
+        "messages": [
+            {"role": "system", "content": "You run a mill."},
+            {"role": "user", "content": "Where does the water go?"},
+        ],
+        "max_completion_tokens": 8,
+        "temperature": 0,
+    }
+    with httpx.Client(base_url=url, timeout=120, headers=auth(keys["acme"])) as http:
+        plain = http.post("/v1/chat/completions", json=body)
+        assert plain.status_code == 200, plain.text
+        out = plain.json()
+        assert out["object"] == "chat.completion"
+        message = out["choices"][0]["message"]
+        assert message["role"] == "assistant" and out["usage"]["completion_tokens"] <= 8
+        with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as s:
+            events = sse_events(s)
+        chunks = [e for e in events if isinstance(e, dict)]
+        assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+        assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}  # type: ignore[index]
+        pieces = [c["choices"][0]["delta"].get("content", "") for c in chunks]  # type: ignore[index]
+        assert "".join(pieces) == message["content"] and events[-1] == "[DONE]"
+
+
+def test_completion_errors_in_openai_shape(gateway: tuple[str, dict[str, str]]) -> None:
+    url, keys = gateway
+    with httpx.Client(base_url=url, timeout=60, headers=auth(keys["acme"])) as http:
+        unknown = http.post("/v1/completions", json={"model": "gpt-9", "prompt": "x"})
+        assert unknown.status_code == 404
+        assert unknown.json()["error"]["code"] == "model_not_found"
+        too_long = http.post(
+            "/v1/completions", json={"model": tiny_lm.NAME, "prompt": " the wheel" * 400}
+        )
+        assert too_long.status_code == 400
+        assert too_long.json()["error"]["code"] == "context_length_exceeded"
+        last_not_user = http.post(
+            "/v1/chat/completions",
+            json={"model": tiny_lm.NAME, "messages": [{"role": "assistant", "content": "hi"}]},
+        )
+        assert last_not_user.status_code == 400
+        assert last_not_user.json()["error"]["type"] == "invalid_request_error"
+        anonymous = httpx.post(f"{url}/v1/completions", json={"model": tiny_lm.NAME, "prompt": "x"})
+        assert anonymous.status_code == 401
