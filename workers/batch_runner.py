@@ -264,7 +264,12 @@ def _generate(
         seq[row] += 1
         ctx.sink.send(request.reply_to, delta)
 
-    outputs = backend.generate([enc for _, enc in runnable], params, on_delta)
+    keys = [(i.request.tenant, i.request.request_id) for i, _ in runnable]
+
+    def cancelled() -> set[int]:  # cancel stops a running generation early
+        return {row for row, c in enumerate(ctx.ledger.cancelled(keys)) if c}
+
+    outputs = backend.generate([enc for _, enc in runnable], params, on_delta, cancelled)
     results: list[EmbeddingResult | GenerationResult] = [
         GenerationResult(
             text=o.text,

@@ -42,6 +42,7 @@ from workers.backends.vllm_engine import VLLMBackend
 from workers.batch_runner import BatchContext, run_batch
 from workers.faults import FaultyBackend
 from workers.ledger import Ledger
+from workers.memory_plan import plan_model
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,22 @@ def load_backend(settings: Settings, buckets: list[int]) -> ModelBackend:
     return backend
 
 
+def memory_plan(settings: Settings, backend: ModelBackend, buckets: list[int]) -> dict[str, Any]:
+    """The worker's memory plan (measured figures where the backend has them: CUDA)."""
+    try:
+        _, plan = plan_model(
+            model_spec(settings.model).path,
+            settings.device,
+            buckets=buckets,
+            max_batch_tokens=settings.max_batch_tokens,
+            memory=backend.timings.memory,
+        )
+    except Exception as exc:  # a plan is advice: never a reason not to start
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    keep = ("max_batch_tokens", "max_sequences", "kv_tokens", "bucket_rows", "measured")
+    return {k: v for k, v in plan.as_dict().items() if k in keep} | {"warnings": plan.warnings}
+
+
 def health(backend: ModelBackend, worker_id: str, buckets: list[int]) -> dict[str, Any]:
     t = backend.timings
     return {
@@ -148,7 +165,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     backend = load_backend(settings, buckets)
     spec = model_spec(settings.model)
-    print("LOADED " + json.dumps(health(backend, worker_id, buckets)), flush=True)
+    loaded = health(backend, worker_id, buckets) | {"plan": memory_plan(settings, backend, buckets)}
+    print("LOADED " + json.dumps(loaded), flush=True)
 
     topics = Topics(settings.topic_prefix)
     redis_client = connections.redis_client(settings)

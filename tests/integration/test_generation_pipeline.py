@@ -6,6 +6,7 @@ get typed errors."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -32,13 +33,34 @@ PROMPTS = [
 ]
 
 
+PREFIX = unique_prefix("generate")
+
+
 @pytest.fixture(scope="module")
-def client(stack: object) -> Iterator[Client]:
-    prefix = unique_prefix("generate")
-    env = pipeline_env(prefix, HEADRACE_MODEL=tiny_lm.NAME, HEADRACE_MAX_WAIT_MS="50")
-    settings = Settings(topic_prefix=prefix, model=tiny_lm.NAME)
-    with Pipeline(env=env), Client(settings, tenant="gen") as c:
+def pipeline(stack: object) -> Iterator[Pipeline]:
+    env = pipeline_env(PREFIX, HEADRACE_MODEL=tiny_lm.NAME, HEADRACE_MAX_WAIT_MS="50")
+    with Pipeline(env=env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(pipeline: Pipeline) -> Iterator[Client]:
+    settings = Settings(topic_prefix=PREFIX, model=tiny_lm.NAME)
+    with Client(settings, tenant="gen") as c:
         yield c
+
+
+def test_the_worker_reports_its_memory_plan(pipeline: Pipeline) -> None:
+    loaded = next(
+        line
+        for line in pipeline.workers[0].log_path.read_text().splitlines()
+        if line.startswith("LOADED ")
+    )
+    health = json.loads(loaded.removeprefix("LOADED "))
+    assert health["model"] == tiny_lm.NAME
+    plan = health["plan"]
+    assert plan["max_sequences"] > 0 and plan["kv_tokens"] > 0 and not plan["measured"]
+    assert plan["bucket_rows"]["16"] > plan["bucket_rows"]["512"] > 0
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import torch
+
 from schemas.messages import GenerateParams
 
 FinishReason = Literal["stop", "length", "abort"]  # abort: cancelled while running
+
+
+def cuda_memory(device: torch.device, weights_bytes: int, peak_tokens: int) -> dict[str, int]:
+    """After warm-up on CUDA: what the memory planner prefers to its estimates. The peak
+    over the weights, per token of the largest warm-up batch, is the activation cost."""
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    return {
+        "allocated_bytes": torch.cuda.memory_allocated(device),
+        "reserved_bytes": torch.cuda.memory_reserved(device),
+        "weights_bytes": weights_bytes,
+        "peak_bytes_per_token": max(0, peak - weights_bytes) // max(1, peak_tokens),
+    }
 
 
 @dataclass
@@ -78,11 +93,13 @@ class Backend(ModelBackend, Protocol):
 
 
 class GenerativeBackend(ModelBackend, Protocol):
-    """A text generation backend; ``on_delta(row, text)`` gets text as it is decoded."""
+    """A text generation backend; ``on_delta(row, text)`` gets text as it is decoded;
+    ``cancelled()`` (asked now and then) names rows to stop: they end with ``abort``."""
 
     def generate(
         self,
         items: list[EncodedItem],
         params: list[GenerateParams],
         on_delta: Callable[[int, str], None] | None = None,
+        cancelled: Callable[[], set[int]] | None = None,
     ) -> list[Generated]: ...

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from workers.backends.base import EncodedItem, LoadTimings
+from workers.backends.base import EncodedItem, LoadTimings, cuda_memory
 
 
 def pick_device(preference: str) -> torch.device:
@@ -56,6 +56,7 @@ class EmbeddingBackend:
         self.tokenizer = load_tokenizer(model_dir)
         self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
         self._model: Any = None
+        self._weights_bytes = 0
 
     # --- loading, in three timed stages -------------------------------------------------
     def load_weights(self) -> None:
@@ -69,6 +70,9 @@ class EmbeddingBackend:
         start = time.perf_counter()
         dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         self._model = self._model.to(self.device, dtype=dtype).eval()
+        if self.device.type == "cuda":
+            self._weights_bytes = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
         self.timings.build_s = time.perf_counter() - start
 
     def warm_up(self, buckets: list[int]) -> None:
@@ -82,11 +86,8 @@ class EmbeddingBackend:
             if not torch.isfinite(vectors).all():
                 raise RuntimeError(f"warm-up at {length} tokens produced non-finite output")
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
-            self.timings.memory = {
-                "allocated_bytes": torch.cuda.memory_allocated(self.device),
-                "reserved_bytes": torch.cuda.memory_reserved(self.device),
-            }
+            largest = 4 * min(max(buckets), self.max_tokens)
+            self.timings.memory = cuda_memory(self.device, self._weights_bytes, largest)
         self.timings.warm_up_s = time.perf_counter() - start
 
     # --- the batch path -----------------------------------------------------------------

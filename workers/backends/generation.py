@@ -18,7 +18,13 @@ from typing import Any
 import torch
 
 from schemas.messages import GenerateParams
-from workers.backends.base import EncodedItem, FinishReason, Generated, LoadTimings
+from workers.backends.base import (
+    EncodedItem,
+    FinishReason,
+    Generated,
+    LoadTimings,
+    cuda_memory,
+)
 from workers.backends.embedding import pick_device
 
 OnDelta = Callable[[int, str], None]  # (row, text)
@@ -65,6 +71,7 @@ def sample(logits: torch.Tensor, params: GenerateParams, generator: torch.Genera
 
 class GenerationBackend:
     task = "generate"
+    cancel_check_s = 0.2  # how often a running batch asks which rows were cancelled
 
     def __init__(self, name: str, model_dir: Path, max_tokens: int, device: str = "auto") -> None:
         from transformers import AutoTokenizer
@@ -79,6 +86,7 @@ class GenerationBackend:
         self.eos_id = int(self.tokenizer.eos_token_id)
         self._model: Any = None
         self._cache_arg = "past_key_values"
+        self._weights_bytes = 0
 
     # --- loading, in three timed stages -------------------------------------------------
     def load_weights(self) -> None:
@@ -92,6 +100,9 @@ class GenerationBackend:
         start = time.perf_counter()
         dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         self._model = self._model.to(self.device, dtype=dtype).eval()
+        if self.device.type == "cuda":
+            self._weights_bytes = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
         # transformers 5 names the KV cache argument and output ``cache``; 4.x
         # ``past_key_values``
         forward = inspect.signature(self._model.forward).parameters
@@ -113,11 +124,8 @@ class GenerationBackend:
             items = [EncodedItem(ids=[filler] * length, token_count=length)] * 2
             self.generate(items, [GenerateParams(max_tokens=2)] * 2)
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
-            self.timings.memory = {
-                "allocated_bytes": torch.cuda.memory_allocated(self.device),
-                "reserved_bytes": torch.cuda.memory_reserved(self.device),
-            }
+            largest = 2 * min(max(buckets), self.max_tokens - 2)
+            self.timings.memory = cuda_memory(self.device, self._weights_bytes, largest)
         self.timings.warm_up_s = time.perf_counter() - start
 
     # --- the batch path -----------------------------------------------------------------
@@ -141,6 +149,7 @@ class GenerationBackend:
         items: list[EncodedItem],
         params: list[GenerateParams],
         on_delta: OnDelta | None = None,
+        cancelled: Callable[[], set[int]] | None = None,
     ) -> list[Generated]:
         if any(item.too_long or not item.ids for item in items):
             raise ValueError("too_long or empty items cannot be generated from")
@@ -158,7 +167,15 @@ class GenerationBackend:
         ]
         steps = min(max(p.max_tokens for p in params), self.max_tokens - longest)
         cache: Any = None
+        checked = time.monotonic()
         for _ in range(steps):
+            if cancelled is not None and time.monotonic() - checked >= self.cancel_check_s:
+                checked = time.monotonic()
+                for i in cancelled():
+                    if rows[i].finish is None:
+                        rows[i].finish = "abort"
+            if all(row.finish for row in rows):
+                break
             out = self._model(
                 input_ids=ids,
                 attention_mask=mask,

@@ -74,6 +74,7 @@ class _Event:
 
 class VLLMBackend:
     task = "generate"
+    cancel_check_s = 0.2
 
     def __init__(
         self,
@@ -145,6 +146,7 @@ class VLLMBackend:
         items: list[EncodedItem],
         params: list[GenerateParams],
         on_delta: Callable[[int, str], None] | None = None,
+        cancelled: Callable[[], set[int]] | None = None,
         request_ids: list[str] | None = None,
     ) -> list[Generated]:
         """Every row added to the engine at once; deltas are handed to ``on_delta`` on this
@@ -157,9 +159,17 @@ class VLLMBackend:
             )
             self._running[rid] = future
         results: list[Generated | None] = [None] * len(items)
+        aborted: set[int] = set()
         try:
             while any(r is None for r in results):
-                event = events.get()
+                if cancelled is not None:
+                    for row in cancelled() - aborted:
+                        aborted.add(row)
+                        self.abort(ids[row])
+                try:
+                    event = events.get(timeout=self.cancel_check_s)
+                except queue.Empty:
+                    continue
                 if event.error is not None:
                     raise event.error
                 if event.delta and on_delta is not None:
@@ -206,6 +216,15 @@ class VLLMBackend:
                     ),
                 )
             )
+        except asyncio.CancelledError:  # aborted in a way that cancels the generator
+            completion = last.outputs[0] if last is not None else None
+            done = Generated(
+                text=completion.text if completion else "",
+                token_ids=list(completion.token_ids) if completion else [],
+                finish_reason="abort",
+                prompt_tokens=len(item.ids),
+            )
+            events.put(_Event(row, done=done))
         except BaseException as exc:  # the waiting thread raises it (the batch is bisected)
             events.put(_Event(row, error=exc))
 
