@@ -24,7 +24,7 @@ from runtime.fetch_watch import FetchWatch, Remedy
 from runtime.models import known_models, model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
-from schemas.messages import Batch, BatchItem, RecordRef, Request
+from schemas.messages import Batch, BatchItem, GenerateParams, RecordRef, Request
 from schemas.topics import Topics
 from workers.admission import admission_error
 from workers.batcher import DynamicBatcher
@@ -263,8 +263,10 @@ class Dispatcher:
             return
         waiting[key] = [ref]
         metrics.RECORDS.labels("accepted").inc()
-        tokens = request.token_count or bucket
-        pending = Pending(BatchItem(request=request, ref=ref, arrived_at=now), min(tokens, bucket))
+        tokens = min(request.token_count or bucket, bucket)
+        if isinstance(request.params, GenerateParams):  # its KV cache grows as it generates
+            tokens += request.params.max_tokens
+        pending = Pending(BatchItem(request=request, ref=ref, arrived_at=now), tokens)
         for batch in self.batchers[bucket].add(pending, pending.tokens):
             self.flights.ready[bucket].append(batch)
 
