@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
-from schemas.messages import GenerateParams
+if TYPE_CHECKING:  # the embedding path needs no pydantic (scripts/gpu_check.py)
+    from schemas.messages import GenerateParams
 
 FinishReason = Literal["stop", "length", "abort"]  # abort: cancelled while running
 
