@@ -1,8 +1,10 @@
 """Bulk input lines in, OpenAI-format output and error lines out.
 
 Two input formats:
-- ``openai``: the OpenAI Batch input line, ``url`` ``/v1/embeddings``; ``body.input`` one
-  string (or a list of exactly one: a line is one request here).
+- ``openai``: the OpenAI Batch input line; ``url`` is the job's endpoint:
+  ``/v1/embeddings`` (``body.input`` one string, or a list of exactly one: a line is one
+  request here), ``/v1/completions`` (``body.prompt``) or ``/v1/chat/completions``
+  (``body.messages``), with the sampling fields of the gateway's routes.
 - ``plain``: one text per line, or ``{"id": ..., "text": ...}``; the custom_id of a bare
   text is ``line-<n>``.
 
@@ -18,8 +20,15 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from schemas.errors import ErrorCode, ErrorInfo
-from schemas.messages import EmbeddingResult
+from jobs.openai_bodies import (
+    CHAT_URL,
+    COMPLETIONS_URL,
+    ChatCompletionCreate,
+    CompletionCreate,
+    generation_body,
+)
+from schemas.errors import ErrorCode, ErrorInfo, InvalidRequestError
+from schemas.messages import EmbeddingResult, GenerateParams, GenerationResult
 from schemas.openai_batch import (
     EMBEDDINGS_URL,
     GENERATION_URLS,
@@ -57,6 +66,7 @@ class Work:
     custom_id: str
     text: str
     model: str | None  # None: the job's default
+    generation: GenerateParams | None = None  # a completion or chat line
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,11 @@ class Invalid:
     reason: str
 
 
-def parse_line(raw: str, line: int, fmt: InputFormat) -> Work | Invalid:
-    """One input line (without its newline) -> Work, or Invalid with the reason."""
+def parse_line(
+    raw: str, line: int, fmt: InputFormat, endpoint: str = EMBEDDINGS_URL
+) -> Work | Invalid:
+    """One input line (without its newline) -> Work, or Invalid with the reason. Every line
+    of a job uses the job's endpoint, as in OpenAI's Batch API."""
     if fmt == "plain":
         return _parse_plain(raw, line)
     try:
@@ -79,10 +92,12 @@ def parse_line(raw: str, line: int, fmt: InputFormat) -> Work | Invalid:
     except ValidationError as exc:
         custom_id = data.get("custom_id") if isinstance(data, dict) else None
         return Invalid(line, custom_id if isinstance(custom_id, str) else None, _first(exc))
+    if item.url != endpoint:
+        return Invalid(
+            line, item.custom_id, f"url {item.url!r}: this batch's endpoint is {endpoint}"
+        )
     if item.url in GENERATION_URLS:
-        return Invalid(line, item.custom_id, f"{item.url} is not served yet: embeddings only")
-    if item.url != EMBEDDINGS_URL:
-        return Invalid(line, item.custom_id, f"unknown url {item.url!r}; use {EMBEDDINGS_URL}")
+        return _parse_generation(item, line)
     try:
         body = EmbeddingsBody.model_validate(item.body)
     except ValidationError as exc:
@@ -95,6 +110,20 @@ def parse_line(raw: str, line: int, fmt: InputFormat) -> Work | Invalid:
     if not text.strip():
         return Invalid(line, item.custom_id, "body.input is empty")
     return Work(line, item.custom_id, text, body.model)
+
+
+def _parse_generation(item: InputLine, line: int) -> Work | Invalid:
+    kind = CompletionCreate if item.url == COMPLETIONS_URL else ChatCompletionCreate
+    try:
+        body = kind.model_validate(item.body)
+        prompt = body.prompt()
+        params = GenerateParams(**body.params())
+    except (ValidationError, InvalidRequestError) as exc:
+        reason = _first(exc) if isinstance(exc, ValidationError) else str(exc)
+        return Invalid(line, item.custom_id, "body: " + reason)
+    if not prompt.strip():
+        return Invalid(line, item.custom_id, "the prompt is empty")
+    return Work(line, item.custom_id, prompt, body.model, params)
 
 
 def _parse_plain(raw: str, line: int) -> Work | Invalid:
@@ -132,8 +161,18 @@ def line_of(output_id: str) -> int | None:
 
 
 def success_line(
-    job_id: str, line: int, custom_id: str, request_id: str, model: str, result: EmbeddingResult
+    job_id: str,
+    line: int,
+    custom_id: str,
+    request_id: str,
+    model: str,
+    result: EmbeddingResult | GenerationResult,
+    endpoint: str = EMBEDDINGS_URL,
 ) -> str:
+    if isinstance(result, GenerationResult):
+        body = generation_body(request_id, model, result, chat=endpoint == CHAT_URL)
+        response = ResponseBody(status_code=200, request_id=request_id, body=body)
+        return _dump(job_id, line, custom_id, response, None)
     body = {
         "object": "list",
         "data": [{"object": "embedding", "index": 0, "embedding": result.embedding}],

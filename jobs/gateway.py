@@ -40,7 +40,7 @@ from schemas.openai_batch import EMBEDDINGS_URL
 
 class BatchCreate(BaseModel):
     input_file_id: str
-    endpoint: Literal["/v1/embeddings"]
+    endpoint: Literal["/v1/embeddings", "/v1/completions", "/v1/chat/completions"]
     completion_window: Literal["24h"] = "24h"
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
 
@@ -155,7 +155,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/batches")
     def create_batch(tenant: Tenant, body: BatchCreate) -> dict[str, Any]:
         source = _file(store, body.input_file_id, tenant)
-        job = new_job(store, settings, source.location, tenant=tenant, metadata=body.metadata)
+        job = new_job(
+            store,
+            settings,
+            source.location,
+            tenant=tenant,
+            metadata=body.metadata,
+            endpoint=body.endpoint,
+        )
         store.set_fields(job.id, input_file_id=source.id)
         start_detached(settings, job.id)
         return batch_object(store.get(job.id))

@@ -49,7 +49,8 @@ from producers.client import Client
 from runtime import connections
 from runtime.settings import Settings
 from schemas.errors import ErrorInfo, InvalidRequestError
-from schemas.messages import EmbeddingResult, Reply, Request
+from schemas.messages import GenerateParams, Reply, Request
+from schemas.openai_batch import EMBEDDINGS_URL
 from schemas.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class JobRunner:
         try:
             for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
                 total = n
-                parsed = parse_line(raw, n, _fmt(job))
+                parsed = parse_line(raw, n, _fmt(job), job.endpoint)
                 if isinstance(parsed, Invalid):
                     invalid += 1
                     errors.append(invalid_line(job.id, parsed))
@@ -243,7 +244,7 @@ class JobRunner:
         for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
             if state.is_answered(n):
                 continue
-            parsed = parse_line(raw, n, _fmt(job))
+            parsed = parse_line(raw, n, _fmt(job), job.endpoint)
             if isinstance(parsed, Work):
                 yield parsed
 
@@ -259,16 +260,17 @@ class JobRunner:
         if not chunk:
             return
         prepared: list[tuple[Work, Request, int]] = []
-        by_model: dict[str, list[Work]] = {}
-        for work in chunk:
-            by_model.setdefault(work.model or job.model, []).append(work)
-        for model, works in by_model.items():
+        groups: dict[tuple[str, GenerateParams | None], list[Work]] = {}
+        for work in chunk:  # a prepare call takes one model and one set of parameters
+            groups.setdefault((work.model or job.model, work.generation), []).append(work)
+        for (model, generation), works in groups.items():
             try:  # the whole chunk at once (the tokenizer is much faster on a batch) ...
                 ready = client.prepare(
                     [w.text for w in works],
                     model=model,
                     request_ids=[request_id(job.id, w.line) for w in works],
                     truncate=self.options.truncate,
+                    generation=generation,
                 )
                 prepared += [(w, r, b) for w, (r, b) in zip(works, ready, strict=True)]
                 continue
@@ -281,6 +283,7 @@ class JobRunner:
                         model=model,
                         request_ids=[request_id(job.id, work.line)],
                         truncate=self.options.truncate,
+                        generation=generation,
                     )
                 except InvalidRequestError as exc:
                     error = ErrorInfo(code=exc.code, message=str(exc))
@@ -320,10 +323,12 @@ class JobRunner:
             return  # a duplicate, or a reply the spools already hold
         custom_id = ids.get(line)
         if reply.result is not None:
-            assert isinstance(reply.result, EmbeddingResult)  # bulk jobs embed (so far)
+            out = success_line(
+                job.id, line, custom_id, reply.request_id, reply.model, reply.result, job.endpoint
+            )
             state.answer(
                 line,
-                success_line(job.id, line, custom_id, reply.request_id, reply.model, reply.result),
+                out,
                 outputs,
                 failed=False,
             )
@@ -388,6 +393,7 @@ def new_job(
     error_location: str | None = None,
     completion_window_s: float | None = 24 * 3600,
     metadata: dict[str, str] | None = None,
+    endpoint: str = EMBEDDINGS_URL,
 ) -> Job:
     """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out.
     Its spools live in ``<state_dir>/jobs/<id>``."""
@@ -398,7 +404,7 @@ def new_job(
     return store.create(
         id=job_id,
         tenant=tenant,
-        endpoint="/v1/embeddings",
+        endpoint=endpoint,
         model=model or settings.model,
         input_location=input_location,
         input_format=input_format,

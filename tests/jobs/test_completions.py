@@ -5,6 +5,7 @@ shapes, SSE streams that add up to the non-streamed text, and typed errors."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,3 +109,45 @@ def test_completion_errors_in_openai_shape(gateway: tuple[str, dict[str, str]]) 
         assert last_not_user.json()["error"]["type"] == "invalid_request_error"
         anonymous = httpx.post(f"{url}/v1/completions", json={"model": tiny_lm.NAME, "prompt": "x"})
         assert anonymous.status_code == 401
+
+
+def test_a_batch_file_of_chat_completions(gateway: tuple[str, dict[str, str]]) -> None:
+    url, keys = gateway
+    chat = "/v1/chat/completions"
+
+    def body(i: int) -> dict[str, object]:
+        messages = [{"role": "user", "content": f"Where does channel {i} lead?"}]
+        return {"model": tiny_lm.NAME, "messages": messages, "max_tokens": 6, "temperature": 0}
+
+    lines = [
+        json.dumps({"custom_id": f"c{i}", "method": "POST", "url": chat, "body": body(i)})
+        for i in range(5)
+    ]
+    lines.append(json.dumps({"custom_id": "e", "method": "POST", "url": chat, "body": {}}))
+    with httpx.Client(base_url=url, timeout=120, headers=auth(keys["acme"])) as http:
+        upload = http.post(
+            "/v1/files",
+            files={"file": ("chat.jsonl", "\n".join(lines).encode())},
+            data={"purpose": "batch"},
+        )
+        assert upload.status_code == 200, upload.text
+        created = http.post(
+            "/v1/batches", json={"input_file_id": upload.json()["id"], "endpoint": chat}
+        )
+        assert created.status_code == 200, created.text
+        batch = created.json()
+        deadline = time.monotonic() + 120
+        while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
+            assert time.monotonic() < deadline, batch
+            time.sleep(0.3)
+            batch = http.get(f"/v1/batches/{batch['id']}").json()
+        assert batch["status"] == "completed", batch
+        assert batch["endpoint"] == chat
+        assert batch["request_counts"] == {"total": 6, "completed": 5, "failed": 1}
+        out = http.get(f"/v1/files/{batch['output_file_id']}/content").text.splitlines()
+        outputs = {o["custom_id"]: o for o in map(json.loads, out)}
+        assert sorted(outputs) == [f"c{i}" for i in range(5)]
+        direct = http.post(chat, json=body(3)).json()  # the same request, synchronously
+        answer = outputs["c3"]["response"]["body"]
+        assert answer["object"] == "chat.completion"
+        assert answer["choices"][0]["message"] == direct["choices"][0]["message"]

@@ -14,7 +14,7 @@ from jobs.formats import (
     success_line,
 )
 from schemas.errors import ErrorCode, ErrorInfo
-from schemas.messages import EmbeddingResult
+from schemas.messages import EmbeddingResult, GenerateParams, GenerationResult, Usage
 
 
 def openai(custom_id: str, body: dict[str, object], url: str = "/v1/embeddings") -> str:
@@ -34,8 +34,10 @@ def test_openai_lines_become_work_or_a_reason() -> None:
         openai("d", {"model": "m", "input": ""}): "empty",
         openai("e", {"model": "m", "input": ["x", "y"]}): "one input per line",
         openai("f", {"input": "x"}): "body: model",
-        openai("g", {"model": "m", "input": "x"}, url="/v1/chat/completions"): "not served yet",
-        openai("h", {"model": "m", "input": "x"}, url="/v2/x"): "unknown url",
+        openai("g", {"model": "m", "input": "x"}, url="/v1/chat/completions"): (
+            "this batch's endpoint is /v1/embeddings"
+        ),
+        openai("h", {"model": "m", "input": "x"}, url="/v2/x"): "url '/v2/x'",
         json.dumps([1, 2]): "line",
     }
     for raw, reason in cases.items():
@@ -45,6 +47,53 @@ def test_openai_lines_become_work_or_a_reason() -> None:
         assert parsed.line == 7
     wrong = parse_line(openai("e", {"model": "m", "input": ["x", "y"]}), 3, "openai")
     assert isinstance(wrong, Invalid) and wrong.custom_id == "e"  # known: kept for the error
+
+
+def test_completion_and_chat_lines_on_their_own_endpoints() -> None:
+    chat = "/v1/chat/completions"
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    body = {"model": "lm", "messages": messages, "max_tokens": 5, "temperature": 0}
+    work = parse_line(openai("c1", body, url=chat), 1, "openai", chat)
+    assert isinstance(work, Work) and work.model == "lm"
+    assert work.text == "system: Be brief.\nuser: Hi\nassistant:"
+    assert work.generation == GenerateParams(max_tokens=5, temperature=0)
+    completion = "/v1/completions"
+    done = parse_line(
+        openai("p1", {"model": "lm", "prompt": "Once", "stop": "."}, url=completion),
+        2,
+        "openai",
+        completion,
+    )
+    assert isinstance(done, Work) and done.text == "Once"
+    assert done.generation is not None and done.generation.stop == (".",)
+    assert done.generation.temperature == 1.0  # OpenAI's default
+    bad = {
+        openai("x", {"model": "lm", "messages": []}, url=chat): "messages",
+        openai("y", {"model": "lm", "messages": [messages[0]]}, url=chat): "the user's",
+        openai("z", {"model": "lm", "prompt": "hi"}, url=completion): "endpoint is",
+        openai("w", {"model": "lm", "messages": messages, "max_tokens": 0}, url=chat): "max",
+    }
+    for raw, reason in bad.items():
+        parsed = parse_line(raw, 3, "openai", chat)
+        assert isinstance(parsed, Invalid) and reason in parsed.reason, (raw, parsed)
+
+
+def test_generation_output_lines() -> None:
+    result = GenerationResult(
+        text="Hello", finish_reason="stop", usage=Usage(prompt_tokens=4, completion_tokens=2)
+    )
+    line = json.loads(
+        success_line("batch_q", 3, "c3", "batch_q-3", "lm", result, "/v1/chat/completions")
+    )
+    assert list(line) == ["id", "custom_id", "response", "error"]
+    body = line["response"]["body"]
+    assert body["object"] == "chat.completion" and body["id"] == "chatcmpl-batch_q-3"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "Hello"}
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    text = json.loads(
+        success_line("batch_q", 4, "c4", "batch_q-4", "lm", result, "/v1/completions")
+    )
+    assert text["response"]["body"]["choices"][0]["text"] == "Hello"
 
 
 def test_plain_lines() -> None:
