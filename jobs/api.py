@@ -6,7 +6,15 @@ from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
+from jobs.formats import STATUS_OF
 from jobs.store import JobStore
+from schemas.errors import (
+    ErrorInfo,
+    InputTooLongError,
+    InvalidRequestError,
+    RequestFailedError,
+    UnknownModelError,
+)
 
 
 class ApiError(HTTPException):
@@ -28,3 +36,26 @@ def tenant_of(request: Request, authorization: Annotated[str | None, Header()] =
 
 
 Tenant = Annotated[str, Depends(tenant_of)]
+
+
+def reply_error(error: ErrorInfo) -> ApiError:
+    """The HTTP error for an error reply from the pipeline."""
+    status = STATUS_OF[error.code]
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return ApiError(status, error.message, error.code.value, kind)
+
+
+def api_error(exc: Exception) -> ApiError:
+    """The HTTP error for what the SDK raised on a request's way (refused before sending,
+    answered with an error, or not answered in time)."""
+    if isinstance(exc, UnknownModelError):
+        return ApiError(404, str(exc), "model_not_found")
+    if isinstance(exc, InputTooLongError):
+        return ApiError(400, str(exc), "context_length_exceeded")
+    if isinstance(exc, RequestFailedError):
+        return reply_error(exc.error)
+    if isinstance(exc, TimeoutError):
+        return ApiError(504, str(exc) or "no answer in time", "timeout", "server_error")
+    if isinstance(exc, InvalidRequestError | ValueError):  # ValueError: parameters refused
+        return ApiError(400, str(exc), "invalid_input")
+    raise exc

@@ -17,8 +17,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from jobs.api import ApiError, Tenant
-from jobs.formats import STATUS_OF
+from jobs.api import Tenant, api_error
 from jobs.openai_bodies import (
     ChatCompletionCreate,
     CompletionCreate,
@@ -27,13 +26,7 @@ from jobs.openai_bodies import (
     usage_of,
 )
 from producers.client import Client
-from schemas.errors import (
-    InputTooLongError,
-    InvalidRequestError,
-    ReplyTimeoutError,
-    RequestFailedError,
-    UnknownModelError,
-)
+from schemas.errors import HeadraceError, InvalidRequestError
 from schemas.messages import GenerationResult
 
 WAIT_S = 120.0
@@ -68,20 +61,8 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                 **body.params(),
             )
             return rid, result
-        except UnknownModelError as exc:
-            raise ApiError(404, str(exc), "model_not_found") from exc
-        except InputTooLongError as exc:
-            raise ApiError(400, str(exc), "context_length_exceeded") from exc
-        except InvalidRequestError as exc:
-            raise ApiError(400, str(exc), "invalid_input") from exc
-        except ValueError as exc:  # GenerateParams refused a value
-            raise ApiError(400, str(exc), "invalid_input") from exc
-        except ReplyTimeoutError as exc:
-            raise ApiError(504, str(exc), "timeout", "server_error") from exc
-        except RequestFailedError as exc:
-            status = STATUS_OF[exc.code]
-            kind = "server_error" if status >= 500 else "invalid_request_error"
-            raise ApiError(status, exc.error.message, exc.code.value, kind) from exc
+        except (HeadraceError, ValueError, TimeoutError) as exc:
+            raise api_error(exc) from exc
 
     @router.post("/v1/completions")
     async def completions(tenant: Tenant, body: CompletionCreate) -> Any:
@@ -108,7 +89,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
         try:
             prompt = body.prompt()
         except InvalidRequestError as exc:
-            raise ApiError(400, str(exc), "invalid_input") from exc
+            raise api_error(exc) from exc
         rid, out = await run(tenant, prompt, body)
         head = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": body.model}
         if isinstance(out, GenerationResult):

@@ -23,17 +23,16 @@ from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import AnyHttpUrl, BaseModel, Field
 
-from jobs.api import ApiError, Tenant
+from jobs.api import ApiError, Tenant, api_error, reply_error
 from jobs.completions import completions_router
 from jobs.files import is_s3
-from jobs.formats import STATUS_OF
 from jobs.lifecycle import FINAL, JobStatus
 from jobs.runner import new_job, start_detached
 from jobs.single import KIND, job_object
 from jobs.store import Job, JobNotFound, JobStore
 from producers.client import Client
 from runtime.settings import Settings
-from schemas.errors import InputTooLongError, InvalidRequestError, UnknownModelError
+from schemas.errors import HeadraceError
 from schemas.messages import EmbeddingResult
 from schemas.openai_batch import EMBEDDINGS_URL
 
@@ -230,20 +229,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             replies = await asyncio.wait_for(
                 asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), 120
             )
-        except UnknownModelError as exc:
-            raise ApiError(404, str(exc), "model_not_found") from exc
-        except InputTooLongError as exc:
-            raise ApiError(400, str(exc), "context_length_exceeded") from exc
-        except InvalidRequestError as exc:
-            raise ApiError(400, str(exc), "invalid_input") from exc
-        except TimeoutError as exc:
-            raise ApiError(504, "no answer in 120 s", "timeout", "server_error") from exc
+        except (HeadraceError, TimeoutError) as exc:
+            raise api_error(exc) from exc
         data, tokens = [], 0
         for i, reply in enumerate(replies):
             if reply.error is not None:
-                status = STATUS_OF[reply.error.code]
-                kind = "server_error" if status >= 500 else "invalid_request_error"
-                raise ApiError(status, reply.error.message, reply.error.code.value, kind)
+                raise reply_error(reply.error)
             assert isinstance(reply.result, EmbeddingResult)
             tokens += reply.result.token_count
             data.append({"object": "embedding", "index": i, "embedding": reply.result.embedding})

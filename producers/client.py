@@ -343,28 +343,11 @@ class Client:
         )
         return _generation(submission.result(wait_s))
 
-    async def stream(
-        self,
-        prompt: str,
-        *,
-        model: str | None = None,
-        wait_s: float = 120.0,
-        request_id: str | None = None,
-        session_id: str | None = None,
-        **params: Any,
-    ) -> AsyncIterator[str]:
+    async def stream(self, prompt: str, **options: Any) -> AsyncIterator[str]:
         """``async for text in client.stream(prompt, max_tokens=...)``: the generated text
-        in order, each piece once, as the worker decodes it. Raises RequestFailedError if
-        the request fails (after any text already given)."""
-        events = self.stream_events(
-            prompt,
-            model=model,
-            wait_s=wait_s,
-            request_id=request_id,
-            session_id=session_id,
-            **params,
-        )
-        async for event in events:
+        in order, each piece once, as the worker decodes it (options as ``stream_events``).
+        Raises RequestFailedError if the request fails (after any text already given)."""
+        async for event in self.stream_events(prompt, **options):
             if isinstance(event, str):
                 yield event
 

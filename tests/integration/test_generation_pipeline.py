@@ -14,7 +14,6 @@ import pytest
 
 from producers.client import Client
 from runtime import connections, tiny_lm
-from runtime.models import model_spec
 from runtime.processes import Pipeline
 from runtime.settings import Settings
 from schemas.errors import InputTooLongError, InvalidRequestError
@@ -22,6 +21,7 @@ from schemas.messages import GenerateParams, GenerationResult
 from sessions.prompt import exchange, render_prompt
 from sessions.store import SessionStore
 from tests.conftest import pipeline_env, unique_prefix
+from tests.tiny_model import load_test_lm
 from workers.backends.generation import GenerationBackend
 
 pytestmark = pytest.mark.timeout(300)
@@ -65,11 +65,7 @@ def test_the_worker_reports_its_memory_plan(pipeline: Pipeline) -> None:
 
 @pytest.fixture(scope="module")
 def local() -> GenerationBackend:
-    spec = model_spec(tiny_lm.NAME)
-    backend = GenerationBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
-    backend.load_weights()
-    backend.build()
-    return backend
+    return load_test_lm()
 
 
 def test_greedy_generation_matches_the_model(client: Client, local: GenerationBackend) -> None:

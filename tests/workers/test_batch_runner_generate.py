@@ -14,7 +14,6 @@ import pytest
 from consumers.streams import DeltaAssembler
 from runtime import connections, tiny_lm
 from runtime.localstack import LocalStack
-from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode
 from schemas.messages import (
@@ -30,6 +29,7 @@ from schemas.messages import (
 )
 from schemas.topics import Topics
 from tests.integration.topics import read_topic
+from tests.tiny_model import load_test_lm
 from workers.backends.generation import GenerationBackend
 from workers.batch_runner import BatchContext, run_batch
 from workers.ledger import Ledger
@@ -40,10 +40,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def backend() -> GenerationBackend:
-    spec = model_spec(tiny_lm.NAME)
-    b = GenerationBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
-    b.load_weights()
-    b.build()
+    b = load_test_lm()
     b.cancel_check_s = 0.0  # ask the ledger every step
     return b
 

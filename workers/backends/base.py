@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 
@@ -12,6 +12,17 @@ if TYPE_CHECKING:  # the embedding path needs no pydantic (scripts/gpu_check.py)
     from schemas.messages import GenerateParams
 
 FinishReason = Literal["stop", "length", "abort"]  # abort: cancelled while running
+
+
+def place_on_device(model: Any, device: torch.device) -> tuple[Any, int]:
+    """The model in eval mode on ``device`` (fp16 on CUDA, fp32 on CPU), and on CUDA the
+    bytes its weights take there (the peak counter starts over, for warm-up to measure)."""
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    model = model.to(device, dtype=dtype).eval()
+    if device.type != "cuda":
+        return model, 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return model, torch.cuda.memory_allocated(device)
 
 
 def cuda_memory(device: torch.device, weights_bytes: int, peak_tokens: int) -> dict[str, int]:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from workers.backends.base import EncodedItem, LoadTimings, cuda_memory
+from workers.backends.base import EncodedItem, LoadTimings, cuda_memory, place_on_device
 
 
 def pick_device(preference: str) -> torch.device:
@@ -68,11 +68,7 @@ class EmbeddingBackend:
 
     def build(self) -> None:
         start = time.perf_counter()
-        dtype = torch.float16 if self.device.type == "cuda" else torch.float32
-        self._model = self._model.to(self.device, dtype=dtype).eval()
-        if self.device.type == "cuda":
-            self._weights_bytes = torch.cuda.memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self._model, self._weights_bytes = place_on_device(self._model, self.device)
         self.timings.build_s = time.perf_counter() - start
 
     def warm_up(self, buckets: list[int]) -> None:

@@ -24,6 +24,7 @@ from workers.backends.base import (
     Generated,
     LoadTimings,
     cuda_memory,
+    place_on_device,
 )
 from workers.backends.embedding import pick_device
 
@@ -54,6 +55,23 @@ class _Row:
             return ""
         delta, self.sent = self.text[self.sent : end], end
         return delta
+
+
+def encode_prompts(
+    tokenizer: Any, context: int, texts: list[str], truncate: list[bool]
+) -> list[EncodedItem]:
+    """Prompt token ids; past the context (less one token to generate) the start is cut
+    where asked (the end of a prompt matters most), else the item is too long."""
+    limit = context - 1
+    items = []
+    for ids, cut in zip(tokenizer(texts)["input_ids"], truncate, strict=True):
+        if len(ids) <= limit:
+            items.append(EncodedItem(ids=ids, token_count=len(ids)))
+        elif cut:
+            items.append(EncodedItem(ids=ids[-limit:], token_count=limit, truncated=True))
+        else:
+            items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
+    return items
 
 
 def sample(logits: torch.Tensor, params: GenerateParams, generator: torch.Generator | None) -> int:
@@ -98,11 +116,7 @@ class GenerationBackend:
 
     def build(self) -> None:
         start = time.perf_counter()
-        dtype = torch.float16 if self.device.type == "cuda" else torch.float32
-        self._model = self._model.to(self.device, dtype=dtype).eval()
-        if self.device.type == "cuda":
-            self._weights_bytes = torch.cuda.memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self._model, self._weights_bytes = place_on_device(self._model, self.device)
         # transformers 5 names the KV cache argument and output ``cache``; 4.x
         # ``past_key_values``
         forward = inspect.signature(self._model.forward).parameters
@@ -130,18 +144,7 @@ class GenerationBackend:
 
     # --- the batch path -----------------------------------------------------------------
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
-        """Prompt token ids; past the context (less one token to generate) the start is cut
-        where asked, else the item is too long."""
-        limit = self.max_tokens - 1
-        items = []
-        for ids, cut in zip(self.tokenizer(texts)["input_ids"], truncate, strict=True):
-            if len(ids) <= limit:
-                items.append(EncodedItem(ids=ids, token_count=len(ids)))
-            elif cut:
-                items.append(EncodedItem(ids=ids[-limit:], token_count=limit, truncated=True))
-            else:
-                items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
-        return items
+        return encode_prompts(self.tokenizer, self.max_tokens, texts, truncate)
 
     @torch.inference_mode()
     def generate(

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from schemas.messages import GenerateParams
 from workers.backends.base import EncodedItem, FinishReason, Generated, LoadTimings
+from workers.backends.generation import encode_prompts
 
 EngineFactory = Callable[[Path, dict[str, Any]], "AsyncEngine"]
 
@@ -129,16 +130,7 @@ class VLLMBackend:
         self.timings.warm_up_s = time.perf_counter() - start
 
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
-        limit = self.max_tokens - 1
-        out = []
-        for ids, cut in zip(self._tokenizer(texts)["input_ids"], truncate, strict=True):
-            if len(ids) <= limit:
-                out.append(EncodedItem(ids=ids, token_count=len(ids)))
-            elif cut:
-                out.append(EncodedItem(ids=ids[-limit:], token_count=limit, truncated=True))
-            else:
-                out.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
-        return out
+        return encode_prompts(self._tokenizer, self.max_tokens, texts, truncate)
 
     # --- the batch path -----------------------------------------------------------------
     def generate(
