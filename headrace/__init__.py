@@ -19,7 +19,7 @@ from schemas.errors import (
     RequestTooLargeError,
     UnknownModelError,
 )
-from schemas.messages import Reply, Request
+from schemas.messages import GenerateParams, GenerationResult, Reply, Request, StreamDelta
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,8 @@ __all__ = [
     "Client",
     "EmptyInputError",
     "ErrorCode",
+    "GenerateParams",
+    "GenerationResult",
     "HeadraceError",
     "InputTooLongError",
     "InvalidRequestError",
@@ -37,6 +39,7 @@ __all__ = [
     "RequestFailedError",
     "RequestTooLargeError",
     "Settings",
+    "StreamDelta",
     "Submission",
     "UnknownModelError",
     "__version__",
