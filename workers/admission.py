@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Set
 from datetime import datetime
 
 from schemas.errors import ErrorCode, ErrorInfo
@@ -10,14 +10,13 @@ from schemas.messages import Request
 
 
 def admission_error(
-    request: Request, now: datetime, models: Container[str], max_tokens: int
+    request: Request, now: datetime, models: Set[str], max_tokens: int
 ) -> ErrorInfo | None:
     if request.model not in models:
+        served = ", ".join(sorted(models))
         return ErrorInfo(
             code=ErrorCode.unknown_model,
-            message=f"unknown model {request.model!r} (served here: {', '.join(sorted(models))})"
-            if isinstance(models, set | frozenset)
-            else f"unknown model {request.model!r}",
+            message=f"unknown model {request.model!r} (served here: {served})",
         )
     if not request.input.strip():
         return ErrorInfo(code=ErrorCode.empty_input, message="input is empty")
