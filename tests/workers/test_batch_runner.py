@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 import torch
@@ -16,9 +15,9 @@ from runtime.localstack import LocalStack
 from runtime.models import model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode
-from schemas.messages import Batch, BatchItem, RecordRef, Reply, Request
-from schemas.topics import Topics
+from schemas.messages import Reply
 from tests.integration.topics import read_topic
+from tests.workers.batches import make_batch
 from workers.backends import EmbeddingBackend
 from workers.backends.base import EncodedItem
 from workers.batch_runner import BatchContext, run_batch
@@ -55,27 +54,6 @@ def backend() -> Iterator[EmbeddingBackend]:
     yield model
 
 
-def make_batch(prefix: str, texts: list[str]) -> Batch:
-    items = [
-        BatchItem(
-            request=Request(
-                request_id=f"r{i}-{uuid.uuid4().hex[:6]}",
-                tenant="runner",
-                model=MODEL,
-                input=text,
-                reply_to=Topics(prefix).replies("runner"),
-                created_at=datetime.now(UTC),
-            ),
-            ref=RecordRef(topic=f"{prefix}.requests.b16", partition=0, offset=i),
-            arrived_at=datetime.now(UTC).timestamp(),
-        )
-        for i, text in enumerate(texts)
-    ]
-    return Batch(
-        batch_id=uuid.uuid4().hex, bucket=16, dispatcher_id="d", dispatched_at=0, items=items
-    )
-
-
 def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
     stack: LocalStack, backend: EmbeddingBackend
 ) -> None:
@@ -86,7 +64,7 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
     ctx = BatchContext(backend=model, ledger=ledger, sink=KafkaReplySink(settings), worker_id="w")
     texts = [f"sentence number {i}" for i in range(8)]
     texts[5] = "this one is <<poison>>"
-    batch = make_batch(prefix, texts)
+    batch = make_batch(prefix, texts, MODEL)
     keys = [(i.request.tenant, i.request.request_id) for i in batch.items]
     ledger.cancel(*keys[1])
     ledger.mark_answered([keys[2]])

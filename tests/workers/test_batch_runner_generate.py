@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
@@ -18,18 +17,15 @@ from runtime.settings import Settings
 from schemas.errors import ErrorCode
 from schemas.messages import (
     Batch,
-    BatchItem,
     GenerateParams,
     GenerationResult,
-    RecordRef,
     Reply,
-    Request,
     StreamDelta,
     parse_reply_record,
 )
-from schemas.topics import Topics
 from tests.integration.topics import read_topic
 from tests.tiny_model import load_test_lm
+from tests.workers.batches import make_batch
 from workers.backends.generation import GenerationBackend
 from workers.batch_runner import BatchContext, run_batch
 from workers.ledger import Ledger
@@ -43,29 +39,6 @@ def backend() -> GenerationBackend:
     b = load_test_lm()
     b.cancel_check_s = 0.0  # ask the ledger every step
     return b
-
-
-def make_batch(prefix: str, prompts: list[str], params: GenerateParams) -> Batch:
-    items = [
-        BatchItem(
-            request=Request(
-                request_id=f"g{i}-{uuid.uuid4().hex[:6]}",
-                tenant="runner",
-                model=tiny_lm.NAME,
-                task="generate",
-                input=prompt,
-                params=params,
-                reply_to=Topics(prefix).replies("runner"),
-                created_at=datetime.now(UTC),
-            ),
-            ref=RecordRef(topic=f"{prefix}.requests.b16", partition=0, offset=i),
-            arrived_at=datetime.now(UTC).timestamp(),
-        )
-        for i, prompt in enumerate(prompts)
-    ]
-    return Batch(
-        batch_id=uuid.uuid4().hex, bucket=16, dispatcher_id="d", dispatched_at=0, items=items
-    )
 
 
 class CancelOnFirstDelta(KafkaReplySink):
@@ -91,7 +64,13 @@ def test_cancel_stops_a_running_generation(stack: LocalStack, backend: Generatio
     settings = Settings(topic_prefix=prefix)
     ledger = Ledger(connections.redis_client(settings), prefix, 60)
     params = GenerateParams(max_tokens=300, stream=True)
-    batch = make_batch(prefix, ["The headrace", "A sluice at the head"], params)
+    batch = make_batch(
+        prefix,
+        ["The headrace", "A sluice at the head"],
+        tiny_lm.NAME,
+        task="generate",
+        params=params,
+    )
     first = (batch.items[0].request.tenant, batch.items[0].request.request_id)
     sink = CancelOnFirstDelta(settings, ledger, first)
     run_batch(batch, BatchContext(backend=backend, ledger=ledger, sink=sink, worker_id="w"))
@@ -122,7 +101,9 @@ def test_a_redelivered_batch_streams_the_same_pieces(
     settings = Settings(topic_prefix=prefix)
     ledger = Ledger(connections.redis_client(settings), prefix, 60)
     hot = GenerateParams(max_tokens=20, temperature=1.0, stream=True)  # no seed given
-    batch = make_batch(prefix, ["Water leaves the river"], hot)
+    batch = make_batch(
+        prefix, ["Water leaves the river"], tiny_lm.NAME, task="generate", params=hot
+    )
     rid = batch.items[0].request.request_id
     crashing = BatchContext(
         backend=backend,

@@ -1,0 +1,34 @@
+"""A batch as the dispatcher would send it, for batch-runner tests."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.messages import Batch, BatchItem, RecordRef, Request
+from schemas.topics import Topics
+
+
+def make_batch(prefix: str, texts: list[str], model: str, **request_fields: Any) -> Batch:
+    """One request per text (tenant ``runner``, bucket 16); ``request_fields`` are added to
+    every request (task, params, ...)."""
+    items = [
+        BatchItem(
+            request=Request(
+                request_id=f"r{i}-{uuid.uuid4().hex[:6]}",
+                tenant="runner",
+                model=model,
+                input=text,
+                reply_to=Topics(prefix).replies("runner"),
+                created_at=datetime.now(UTC),
+                **request_fields,
+            ),
+            ref=RecordRef(topic=f"{prefix}.requests.b16", partition=0, offset=i),
+            arrived_at=datetime.now(UTC).timestamp(),
+        )
+        for i, text in enumerate(texts)
+    ]
+    return Batch(
+        batch_id=uuid.uuid4().hex, bucket=16, dispatcher_id="d", dispatched_at=0, items=items
+    )
