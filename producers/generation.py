@@ -1,0 +1,155 @@
+"""Generation requests of the SDK: ``generate`` and the streams, mixed into ``Client``.
+
+A generate request travels like an embedding one (prepared, bucketed by prompt length,
+answered once); a stream also watches the reply topic for its StreamDelta records and
+reassembles them in order, each once (``consumers/streams.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from consumers.streams import DeltaAssembler
+from schemas.errors import ReplyTimeoutError, RequestFailedError
+from schemas.messages import GenerateParams, GenerationResult, Reply, Request, StreamDelta
+
+if TYPE_CHECKING:
+    from consumers.replies import ReplyListener
+    from producers.client import Submission
+
+
+class _Client(Protocol):
+    """What the mixin uses of ``Client``."""
+
+    tenant: str
+    _listener: ReplyListener | None
+
+    def prepare(
+        self,
+        texts: Sequence[str],
+        *,
+        model: str | None = ...,
+        request_ids: Sequence[str] | None = ...,
+        generation: GenerateParams | None = ...,
+        session_id: str | None = ...,
+    ) -> list[tuple[Request, int]]: ...
+
+    def send(self, request: Request, bucket: int) -> Submission: ...
+
+    def flush(self) -> None: ...
+
+    def _submit_generation(
+        self,
+        prompt: str,
+        model: str | None,
+        request_id: str | None,
+        params: GenerateParams,
+        session_id: str | None = None,
+    ) -> Submission: ...
+
+    def stream_events(
+        self, prompt: str, **options: Any
+    ) -> AsyncIterator[str | GenerationResult]: ...
+
+
+class GenerationMixin:
+    """``Client``'s generation methods (typed against what they use of it, ``_Client``)."""
+
+    def generate(
+        self: _Client,
+        prompt: str,
+        *,
+        model: str | None = None,
+        wait_s: float = 120.0,
+        request_id: str | None = None,
+        session_id: str | None = None,
+        **params: Any,
+    ) -> GenerationResult:
+        """Generate from ``prompt`` (GenerateParams fields as keywords: max_tokens,
+        temperature, top_p, stop, seed, truncate); raises RequestFailedError on an error.
+        ``session_id``: a turn of that conversation (its history comes first)."""
+        submission = self._submit_generation(
+            prompt, model, request_id, GenerateParams(**params), session_id
+        )
+        return _generation(submission.result(wait_s))
+
+    async def stream(self: _Client, prompt: str, **options: Any) -> AsyncIterator[str]:
+        """``async for text in client.stream(prompt, max_tokens=...)``: the generated text
+        in order, each piece once, as the worker decodes it (options as ``stream_events``).
+        Raises RequestFailedError if the request fails (after any text already given)."""
+        async for event in self.stream_events(prompt, **options):
+            if isinstance(event, str):
+                yield event
+
+    async def stream_events(
+        self: _Client,
+        prompt: str,
+        *,
+        model: str | None = None,
+        wait_s: float = 120.0,
+        request_id: str | None = None,
+        session_id: str | None = None,
+        **params: Any,
+    ) -> AsyncIterator[str | GenerationResult]:
+        """As ``stream``, then the final GenerationResult (finish reason, usage) last."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[StreamDelta | Reply] = asyncio.Queue()
+        generation = GenerateParams(**{**params, "stream": True})
+        rid = request_id or uuid.uuid4().hex
+        if self._listener is None:
+            raise RuntimeError("this client does not listen for replies")
+
+        def on_delta(delta: StreamDelta) -> None:  # on the listener's thread
+            loop.call_soon_threadsafe(queue.put_nowait, delta)
+
+        self._listener.watch(self.tenant, rid, on_delta)
+        submission = await asyncio.to_thread(
+            self._submit_generation, prompt, model, rid, generation, session_id
+        )
+        submission.future.add_done_callback(
+            lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.result())
+        )
+        assembler = DeltaAssembler()
+        deadline = loop.time() + wait_s
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
+            except TimeoutError as exc:
+                self._listener.forget(self.tenant, rid)
+                raise ReplyTimeoutError(f"no reply for {rid} within {wait_s}s") from exc
+            if isinstance(item, StreamDelta):
+                for piece in assembler.add(item):
+                    yield piece
+                continue
+            result = _generation(item)  # raises on an error reply
+            rest = assembler.finish(item)
+            if rest:
+                yield rest
+            yield result
+            return
+
+    def _submit_generation(
+        self: _Client,
+        prompt: str,
+        model: str | None,
+        request_id: str | None,
+        params: GenerateParams,
+        session_id: str | None = None,
+    ) -> Submission:
+        ids = [request_id] if request_id is not None else None
+        [(request, bucket)] = self.prepare(
+            [prompt], model=model, request_ids=ids, generation=params, session_id=session_id
+        )
+        submission = self.send(request, bucket)
+        self.flush()
+        return submission
+
+
+def _generation(reply: Reply) -> GenerationResult:
+    if reply.error is not None:
+        raise RequestFailedError(reply.request_id, reply.error)
+    assert isinstance(reply.result, GenerationResult)
+    return reply.result
