@@ -21,6 +21,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from runtime import connections, kafka_fixes, metrics
 from runtime.delivery import DeliveryError, reliable_producer
 from runtime.fetch_watch import FetchWatch, Remedy
+from runtime.kafka_state import partition_state
 from runtime.models import known_models, model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
@@ -439,7 +440,7 @@ class Dispatcher:
                     self.fetch_watch.stall_s,
                     position,
                     self.consumer.highwater(tp),
-                    self._client_state(tp),
+                    self._partition_report(tp),
                 )
                 assert position is not None
                 self.consumer.seek(tp, position)
@@ -500,26 +501,13 @@ class Dispatcher:
                 self.consumer.highwater(tp),
                 self.flights.tracker.expected((tp.topic, tp.partition)),
                 " paused" if tp in paused else "",
-                self._client_state(tp),
+                self._partition_report(tp),
             )
         self._state_logged = -1e9
         self._log_state(self.clock())
 
-    def _client_state(self, tp: TopicPartition) -> dict[str, Any] | None:
-        """kafka-python's own view of a partition (internals: for diagnosis only)."""
-        state = self.consumer._subscription.assignment.get(tp)
-        if state is None:
-            return None
-        return {
-            "fetchable": state.is_fetchable(),
-            "paused": state.paused,
-            "pending_revocation": getattr(state, "_pending_revocation", None),
-            "awaiting_validation": state.awaiting_validation,
-            "awaiting_reset": state.awaiting_reset,
-            "position": state.position,
-            "rebalancing": self.rebalancing,
-            "fetcher": _fetcher_state(self.consumer, tp),
-        }
+    def _partition_report(self, tp: TopicPartition) -> dict[str, Any]:
+        return {**(partition_state(self.consumer, tp) or {}), "rebalancing": self.rebalancing}
 
     def _read_control(self) -> None:
         now = self.clock()
@@ -585,23 +573,6 @@ class Dispatcher:
 
     def forget_partitions(self, partitions: list[Partition]) -> None:
         self.flights.forget(partitions, list(self.batchers.values()))
-
-
-def _fetcher_state(consumer: KafkaConsumer, tp: TopicPartition) -> dict[str, Any]:
-    """What kafka-python's fetcher holds for ``tp`` (internals: for diagnosis only)."""
-    fetcher = getattr(consumer, "_fetcher", None)
-    if fetcher is None:
-        return {}
-    current = fetcher._next_partition_records
-    return {
-        "completed_fetches": sum(
-            1 for f in list(fetcher._completed_fetches) if f.topic_partition == tp
-        ),
-        "parked_completed": tp in fetcher._paused_completed_fetches,
-        "parked_records": tp in fetcher._paused_partition_records,
-        "next_records": None if current is None else (str(current.topic_partition), bool(current)),
-        "pending_fetch_nodes": sorted(fetcher._nodes_with_pending_fetch_requests),
-    }
 
 
 def _log_commit_error(offsets: Any, response: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer
@@ -16,6 +17,7 @@ from kafka.structs import TopicPartition
 from runtime import connections
 from runtime.delivery import reliable_producer
 from runtime.kafka_fixes import resume
+from runtime.kafka_state import partition_state
 from runtime.localstack import LocalStack
 from runtime.settings import Settings
 
@@ -61,6 +63,14 @@ def pause_mid_way_then_resume(
 
 
 def test_a_resumed_partition_is_read_on_from_its_position(stack: LocalStack) -> None:
-    records = pause_mid_way_then_resume(stack, resume)
+    seen: dict[str, Any] = {}
+
+    def look_then_resume(consumer: KafkaConsumer, tp: TopicPartition) -> None:
+        seen.update(partition_state(consumer, tp) or {})
+        resume(consumer, tp)
+
+    records = pause_mid_way_then_resume(stack, look_then_resume)
+    # the diagnosis the dispatcher logs: paused with its records parked in the fetcher
+    assert seen["paused"] and not seen["fetchable"] and seen["fetcher"]["parked_records"]
     assert records, "the resumed partition was never fetched again"
     assert records[0].value == b"busy 10"
