@@ -1,15 +1,20 @@
-"""GPU check for the CUDA path of the embedding backend (run on a lent GPU; see README).
+"""GPU check for the torch CUDA paths (run on a lent GPU; see README).
 
-Needs only torch, transformers and tokenizers (no pydantic, no services), so it runs on a bare
-GPU machine with a copy of the model directory:
+    python scripts/gpu_check.py --model-dir DIR [--out FILE] [--only embedding|generation]
 
-    python scripts/gpu_check.py --model-dir DIR [--out FILE]
+Needs only torch, transformers, tokenizers and safetensors (no pydantic, no services), so it
+runs on a bare GPU machine with a copy of the all-MiniLM-L6-v2 directory and this repository.
 
-It loads the backend on CUDA (fp16) in its three timed stages, warms up one batch per bucket,
-reports torch.cuda.memory_allocated / memory_reserved, checks the CUDA embeddings against an
-fp32 CPU reference (cosine >= 0.999), measures tokens/s per bucket length, and calibrates
-memory: bytes per padded token from peak memory, and the max_batch_tokens a memory budget
-allows.
+- embedding (scripts/gpu_embedding.py): the backend in fp16 in its three timed stages,
+  ``memory_allocated``/``memory_reserved`` after warm-up, cosine against an fp32 CPU
+  reference, tokens/s per length, bytes per padded token and the batch budget they allow;
+- generation (scripts/gpu_generation.py): headrace-test-lm (a TEST MODEL, built into a temp
+  directory) on the transformers backend: greedy rows batched with left padding against each
+  row alone and against fp32 CPU, seeded sampling repeatable, decode tokens/s, and the memory
+  plan from the figures warm-up measured beside the estimated one.
+
+``--device cpu --quick`` runs the same code on CPU in seconds (tests/scripts keeps it working).
+Exit status 0 when every check passed, 1 when one failed, 2 without a CUDA device.
 """
 
 from __future__ import annotations
@@ -17,105 +22,46 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from workers.backends.embedding import EmbeddingBackend
-
-BUCKETS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
-TEXTS = [
-    "A cat sat on the mat.",
-    "Kafka topics are bucketed by sequence length so that batches waste little padding.",
-    "short",
-    " ".join(["a longer text about rivers, channels and the turbines they feed"] * 8),
-    " ".join(["the dispatcher batches requests by their token budget"] * 20),
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_embedding import check_embedding
+from gpu_generation import check_generation
 
 
-def reference(model_dir: Path, texts: list[str]) -> torch.Tensor:
-    cpu = EmbeddingBackend("ref", model_dir, 512, device="cpu")
-    cpu.load_weights()
-    cpu.build()
-    vectors = [cpu.embed(cpu.encode([t], [False]), [True])[0][0] for t in texts]
-    return torch.tensor(vectors)
-
-
-def throughput(backend: EmbeddingBackend, length: int, rows: int, repeats: int = 20) -> float:
-    ids = torch.full((rows, length), 1000, dtype=torch.long, device=backend.device)
-    mask = torch.ones_like(ids)
-    backend._forward(ids, mask, normalize=True)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        backend._forward(ids, mask, normalize=True)
-    torch.cuda.synchronize()
-    return rows * length * repeats / (time.perf_counter() - start)
-
-
-def peak_bytes(backend: EmbeddingBackend, length: int, rows: int) -> int:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    ids = torch.full((rows, length), 1000, dtype=torch.long, device=backend.device)
-    backend._forward(ids, torch.ones_like(ids), normalize=True)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--model-dir", type=Path, help="all-MiniLM-L6-v2 (for embedding)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--only", choices=["embedding", "generation"])
+    parser.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
     parser.add_argument("--memory-fraction", type=float, default=0.5)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 2
-    report: dict[str, object] = {
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-    }
-    backend = EmbeddingBackend("all-MiniLM-L6-v2", args.model_dir, 512, device="cuda")
-    backend.load_weights()
-    backend.build()
-    backend.warm_up(BUCKETS)
-    t = backend.timings
-    report["load"] = {
-        "load_weights_s": t.load_weights_s,
-        "build_s": t.build_s,
-        "warm_up_s": t.warm_up_s,
-        **t.memory,
-    }
-    encoded = backend.encode(TEXTS, [False] * len(TEXTS))
-    got, _, _ = backend.embed(encoded, [True] * len(TEXTS))
-    cos = torch.nn.functional.cosine_similarity(torch.tensor(got), reference(args.model_dir, TEXTS))
-    report["cosine_vs_cpu_fp32"] = {"min": float(cos.min()), "ok": bool(cos.min() >= 0.999)}
-    report["tokens_per_s"] = {
-        str(length): round(throughput(backend, length, max(1, 16384 // length)))
-        for length in (16, 64, 128, 512)
-    }
-    per_token = {
-        str(length): peak_bytes(backend, length, max(1, 32768 // length)) / 32768
-        for length in (32, 128, 512)
-    }
-    report["activation_bytes_per_padded_token"] = per_token
-    free, total = torch.cuda.mem_get_info()
-    budget = args.memory_fraction * free
-    worst = max(per_token.values())
-    report["calibration"] = {
-        "free_bytes": free,
-        "total_bytes": total,
-        "memory_fraction": args.memory_fraction,
-        "max_batch_tokens_for_budget": int(budget / worst),
-    }
-    text = json.dumps(report, indent=2)
+    report: dict[str, Any] = {"device": args.device, "torch": torch.__version__}
+    if args.device.startswith("cuda"):
+        report["device"] = torch.cuda.get_device_name(0)
+    if args.only != "generation":
+        if args.model_dir is None:
+            parser.error("--model-dir is needed for the embedding check")
+        report["embedding"] = check_embedding(
+            args.model_dir, args.device, args.memory_fraction, args.quick
+        )
+    if args.only != "embedding":
+        report["generation"] = check_generation(args.device, args.quick)
+    text = json.dumps(report, indent=2, default=str)
     print(text)
     if args.out:
         args.out.write_text(text)
-    return 0 if report["cosine_vs_cpu_fp32"]["ok"] else 1  # type: ignore[index]
+    checks = [v["ok"] for v in report.values() if isinstance(v, dict)]
+    return 0 if all(checks) else 1
 
 
 if __name__ == "__main__":

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
-
-if TYPE_CHECKING:  # the embedding path needs no pydantic (scripts/gpu_check.py)
-    from schemas.messages import GenerateParams
 
 FinishReason = Literal["stop", "length", "abort"]  # abort: cancelled while running
 
@@ -54,6 +51,38 @@ class EncodedItem:
     token_count: int
     truncated: bool = False
     too_long: bool = False
+
+
+class Sampling(Protocol):
+    """What a generation backend reads of a row's parameters: ``schemas.GenerateParams`` on
+    the batch path, ``FixedSampling`` where there is no pydantic (scripts/gpu_check.py)."""
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def temperature(self) -> float: ...
+
+    @property
+    def top_p(self) -> float: ...
+
+    @property
+    def stop(self) -> Sequence[str]: ...
+
+    @property
+    def seed(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class FixedSampling:
+    """Sampling parameters without validation (warm-up, the GPU check); temperature 0 is
+    greedy."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
 
 
 @dataclass
@@ -111,7 +140,7 @@ class GenerativeBackend(ModelBackend, Protocol):
     def generate(
         self,
         items: list[EncodedItem],
-        params: list[GenerateParams],
+        params: Sequence[Sampling],
         on_delta: Callable[[int, str], None] | None = None,
         cancelled: Callable[[], set[int]] | None = None,
     ) -> list[Generated]: ...

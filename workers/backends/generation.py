@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from schemas.messages import GenerateParams
 from workers.backends.base import (
     EncodedItem,
     FinishReason,
+    FixedSampling,
     Generated,
     LoadTimings,
+    Sampling,
     cuda_memory,
     place_on_device,
 )
@@ -34,7 +35,7 @@ OnDelta = Callable[[int, str], None]  # (row, text)
 class _Row:
     """One sequence's decoding state: its tokens, the text streamed so far, why it ended."""
 
-    def __init__(self, params: GenerateParams, prompt_tokens: int, generator: Any) -> None:
+    def __init__(self, params: Sampling, prompt_tokens: int, generator: Any) -> None:
         self.params = params
         self.prompt_tokens = prompt_tokens
         self.generator = generator
@@ -74,7 +75,7 @@ def encode_prompts(
     return items
 
 
-def sample(logits: torch.Tensor, params: GenerateParams, generator: torch.Generator | None) -> int:
+def sample(logits: torch.Tensor, params: Sampling, generator: torch.Generator | None) -> int:
     """One token from a row's last logits: argmax at temperature 0, else nucleus sampling."""
     if params.temperature == 0.0:
         return int(torch.argmax(logits).item())
@@ -136,7 +137,7 @@ class GenerationBackend:
             if not torch.isfinite(logits).all():
                 raise RuntimeError(f"warm-up at {bucket} tokens: logits not finite")
             items = [EncodedItem(ids=[filler] * length, token_count=length)] * 2
-            self.generate(items, [GenerateParams(max_tokens=2)] * 2)
+            self.generate(items, [FixedSampling(max_tokens=2)] * 2)
         if self.device.type == "cuda":
             largest = 2 * min(max(buckets), self.max_tokens - 2)
             self.timings.memory = cuda_memory(self.device, self._weights_bytes, largest)
@@ -150,7 +151,7 @@ class GenerationBackend:
     def generate(
         self,
         items: list[EncodedItem],
-        params: list[GenerateParams],
+        params: Sequence[Sampling],
         on_delta: OnDelta | None = None,
         cancelled: Callable[[], set[int]] | None = None,
     ) -> list[Generated]:

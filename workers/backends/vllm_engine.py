@@ -16,14 +16,20 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from schemas.messages import GenerateParams
-from workers.backends.base import EncodedItem, FinishReason, Generated, LoadTimings
+from workers.backends.base import (
+    EncodedItem,
+    FinishReason,
+    FixedSampling,
+    Generated,
+    LoadTimings,
+    Sampling,
+)
 from workers.backends.generation import encode_prompts
 
 EngineFactory = Callable[[Path, dict[str, Any]], "AsyncEngine"]
@@ -47,14 +53,15 @@ def vllm_engine(model_dir: Path, engine_args: dict[str, Any]) -> AsyncEngine:
     return engine
 
 
-def vllm_sampling(params: GenerateParams) -> Any:
+def vllm_sampling(params: Sampling) -> Any:
     from vllm import SamplingParams
 
     return SamplingParams(**sampling_kwargs(params))
 
 
-def sampling_kwargs(params: GenerateParams) -> dict[str, Any]:
-    """GenerateParams as vLLM SamplingParams keywords (temperature 0 is greedy there too)."""
+def sampling_kwargs(params: Sampling) -> dict[str, Any]:
+    """A row's sampling parameters as vLLM SamplingParams keywords (temperature 0 is greedy
+    there too)."""
     return {
         "n": 1,
         "max_tokens": params.max_tokens,
@@ -85,7 +92,7 @@ class VLLMBackend:
         engine_args: dict[str, Any],
         *,
         engine_factory: EngineFactory = vllm_engine,
-        sampling: Callable[[GenerateParams], Any] = vllm_sampling,
+        sampling: Callable[[Sampling], Any] = vllm_sampling,
         tokenizer: Any = None,
     ) -> None:
         self.name = name
@@ -126,7 +133,7 @@ class VLLMBackend:
         items = [
             EncodedItem(ids=[filler] * min(b, self.max_tokens - 2), token_count=b) for b in buckets
         ]
-        self.generate(items, [GenerateParams(max_tokens=2)] * len(items))
+        self.generate(items, [FixedSampling(max_tokens=2)] * len(items))
         self.timings.warm_up_s = time.perf_counter() - start
 
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
@@ -136,7 +143,7 @@ class VLLMBackend:
     def generate(
         self,
         items: list[EncodedItem],
-        params: list[GenerateParams],
+        params: Sequence[Sampling],
         on_delta: Callable[[int, str], None] | None = None,
         cancelled: Callable[[], set[int]] | None = None,
         request_ids: list[str] | None = None,
@@ -177,7 +184,7 @@ class VLLMBackend:
         self,
         row: int,
         item: EncodedItem,
-        params: GenerateParams,
+        params: Sampling,
         rid: str,
         events: queue.Queue[_Event],
     ) -> None:
