@@ -4,9 +4,10 @@
 (b) pipeline tokens/s end to end (submit -> last reply), length buckets as configured
 (c) the same with every request forced into one bucket
 (d) padding efficiency (real / padded tokens) of (b) and (c)
-(e) a lone request: latency minus its compute time, p50 / p99
+(e) a lone request: latency minus its compute time, p50 / p99; and the same for a request
+    after a quiet spell (consumers fetch less often once idle: runtime/fetch_wait.py)
 
-    python -m bench.pipeline [--count 600] [--lone 50]
+    python -m bench.pipeline [--count 600] [--lone 50] [--quiet 5]
 """
 
 from __future__ import annotations
@@ -66,10 +67,26 @@ class LoneLegs:
     queued_ms: list[float]
     batch_wait_ms: list[float]
     reply_leg_ms: list[float]  # total - queued - batch_wait - compute
+    after_quiet_ms: list[float]  # latency - compute of a request after QUIET_S of silence
+
+
+QUIET_S = 2.0  # past the fetch-wait grace period (1 s)
+
+
+def _overhead_ms(client: Client, text: str) -> tuple[float, Reply]:
+    t0 = time.perf_counter()
+    reply = client.submit(text).result(60)
+    total_ms = (time.perf_counter() - t0) * 1000
+    assert reply.timings is not None
+    return total_ms - reply.timings.compute_ms, reply
 
 
 def run_pipeline(
-    texts: list[str], env: dict[str, str], services: dict[str, int], lone: int = 0
+    texts: list[str],
+    env: dict[str, str],
+    services: dict[str, int],
+    lone: int = 0,
+    quiet: int = 0,
 ) -> tuple[RunResult, LoneLegs]:
     os.environ.update(env)
     settings = Settings()
@@ -83,18 +100,19 @@ def run_pipeline(
         replies = [s.result(600) for s in submissions]
         wall = time.perf_counter() - start
         cpu_used = cpu.delta(cpu_before, cpu.snapshot(pids))
-        legs = LoneLegs([], [], [], [])
+        legs = LoneLegs([], [], [], [], [])
         for i in range(lone):
             time.sleep(0.05)  # a lone request: nothing else in flight
-            t0 = time.perf_counter()
-            reply = client.submit(texts[i % 50]).result(60)
-            total_ms = (time.perf_counter() - t0) * 1000
+            overhead, reply = _overhead_ms(client, texts[i % 50])
             t = reply.timings
             assert t is not None
-            legs.overhead_ms.append(total_ms - t.compute_ms)
+            legs.overhead_ms.append(overhead)
             legs.queued_ms.append(t.queued_ms)
             legs.batch_wait_ms.append(t.batch_wait_ms)
-            legs.reply_leg_ms.append(total_ms - t.queued_ms - t.batch_wait_ms - t.compute_ms)
+            legs.reply_leg_ms.append(overhead - t.queued_ms - t.batch_wait_ms)
+        for i in range(quiet):
+            time.sleep(QUIET_S)
+            legs.after_quiet_ms.append(_overhead_ms(client, texts[i % 50])[0])
     failed = [r for r in replies if r.error is not None]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed, first: {failed[0].error}")
@@ -142,7 +160,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -> None:
+def main(
+    count: int = 600, lone: int = 50, quiet: int = 5, seed: int = 7, single: bool = True
+) -> None:
     settings = Settings()
     stack = LocalStack(settings)
     started_stack = not stack.is_up()
@@ -157,7 +177,7 @@ def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -
         )
         services = {s.name: s.pid for s in stack.status()}
         bucketed, legs = run_pipeline(
-            texts, _settings_env(f"bench-{run_id}-b", None), services, lone
+            texts, _settings_env(f"bench-{run_id}-b", None), services, lone, quiet
         )
         one_bucket = (
             run_pipeline(
@@ -206,6 +226,11 @@ def main(count: int = 600, lone: int = 50, seed: int = 7, single: bool = True) -
             "    legs p50: queued / batch wait / reply",
             f"{pct(legs.queued_ms, 0.5):.1f} / {pct(legs.batch_wait_ms, 0.5):.1f} / "
             f"{pct(legs.reply_leg_ms, 0.5):.1f} ms",
+        )
+    if legs.after_quiet_ms:
+        table.add_row(
+            f"    after {QUIET_S:.0f} s quiet, p50 (n={len(legs.after_quiet_ms)})",
+            f"{pct(legs.after_quiet_ms, 0.5):.1f} ms",
         )
     console.print(table)
 

@@ -22,6 +22,7 @@ from kafka.structs import TopicPartition
 from pydantic import ValidationError
 
 from runtime import connections
+from runtime.fetch_wait import FetchWait
 from runtime.fetch_watch import FetchWatch, Remedy
 from runtime.settings import Settings
 from schemas.messages import Reply, StreamDelta, parse_reply_record
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 
 ReplyKey = tuple[str, str]  # (tenant, request_id)
 EAGER_PENDING_MAX = 8
-EAGER_GRACE_S = 1.0
 FETCH_STALL_S = 5.0  # replies past the position, none returned: seek, then a new consumer
 FETCH_CHECK_S = 1.0
 
@@ -49,7 +49,7 @@ class ReplyListener:
         self.fetch_watch = FetchWatch(stall_s, time.monotonic)
         self._fetch_checked = time.monotonic()
         self.renewals = 0
-        self._fetch_wait_ms = settings.kafka_fetch_wait_busy_ms  # what the consumer uses
+        self.fetch_wait = FetchWait(settings)
         self._futures: dict[ReplyKey, Future[Reply]] = {}
         self._watchers: dict[ReplyKey, Callable[[StreamDelta], None]] = {}
         self._lock = threading.Lock()
@@ -93,16 +93,13 @@ class ReplyListener:
 
     def _run(self) -> None:
         seen: OrderedDict[ReplyKey, None] = OrderedDict()
-        last_awaited = -EAGER_GRACE_S
         while not self._stop.is_set():
             pending = self.pending()
             now = time.monotonic()
-            if pending:
-                last_awaited = now
-            wait_ms = _fetch_wait_ms(self.settings, pending, now - last_awaited < EAGER_GRACE_S)
-            if wait_ms != self._fetch_wait_ms:
-                connections.set_fetch_wait(self._consumer, wait_ms)
-                self._fetch_wait_ms = wait_ms
+            # a few replies awaited: fetch eagerly; a flood: save the CPU for the model
+            self.fetch_wait.apply(
+                self._consumer, awaited=pending > 0, flood=pending > EAGER_PENDING_MAX
+            )
             if pending and now - self._fetch_checked >= FETCH_CHECK_S:
                 self._fetch_checked = now
                 self._watch_fetches()
@@ -185,23 +182,9 @@ class ReplyListener:
                 self._consumer.seek_to_end(tp)
             else:
                 self._consumer.seek(tp, position)
-        self._fetch_wait_ms = self.settings.kafka_fetch_wait_busy_ms
+        self.fetch_wait.new_consumer()
         self.fetch_watch.forget()
         self.renewals += 1
-
-
-def _fetch_wait_ms(settings: Settings, pending: int, recently_awaited: bool) -> int:
-    """A few replies awaited (or just were, so more may follow): fetch eagerly. A flood: save
-    the CPU for the model. Nothing for a while: wait a little longer."""
-    if pending == 0:
-        return (
-            settings.kafka_fetch_wait_eager_ms
-            if recently_awaited
-            else (settings.kafka_fetch_wait_idle_ms)
-        )
-    if pending <= EAGER_PENDING_MAX:
-        return settings.kafka_fetch_wait_eager_ms
-    return settings.kafka_fetch_wait_busy_ms
 
 
 def stream_replies(

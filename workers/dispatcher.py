@@ -20,6 +20,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from runtime import connections, kafka_fixes, metrics
 from runtime.delivery import DeliveryError, reliable_producer
+from runtime.fetch_wait import FetchWait
 from runtime.fetch_watch import FetchWatch, Remedy
 from runtime.kafka_state import partition_state
 from runtime.models import known_models, model_spec
@@ -88,7 +89,8 @@ class Dispatcher:
         )
         self.announced = False
         self.report_requested = threading.Event()  # set by SIGUSR2 (the CLI): log_consumer_state
-        self._fetch_wait_ms = settings.kafka_fetch_wait_busy_ms
+        self.fetch_wait = FetchWait(settings, clock=clock)
+        self._read_records = False  # the last poll returned records
         self._live: dict[int, set[str]] = {}
         self._live_checked = -1e9
         self._control_checked = -1e9
@@ -133,14 +135,13 @@ class Dispatcher:
 
     def step(self) -> None:
         # A lone request (at most one batch in flight) should not wait; a flood keeps the
-        # worker busy and the CPU is better spent on the model.
+        # worker busy and the CPU is better spent on the model; quiet for a while: fetch
+        # less often (runtime/fetch_wait.py).
         flood = len(self.flights.in_flight) > 1 or any(len(b) for b in self.batchers.values())
-        s = self.settings
-        wait_ms = s.kafka_fetch_wait_busy_ms if flood else s.kafka_fetch_wait_eager_ms
-        if wait_ms != self._fetch_wait_ms:
-            connections.set_fetch_wait(self.consumer, wait_ms)
-            self._fetch_wait_ms = wait_ms
+        awaited = self._read_records or bool(self.flights.in_flight)
+        self.fetch_wait.apply(self.consumer, awaited=awaited, flood=flood)
         polled = self.consumer.poll(timeout_ms=self._poll_timeout_ms())
+        self._read_records = bool(polled)
         now = time.time()
         for tp, records in polled.items():
             if self._skipped_records(tp, records):
@@ -466,7 +467,7 @@ class Dispatcher:
         self.paused.clear()
         self.rebalancing = False
         self.fetch_watch.forget()
-        self._fetch_wait_ms = self.settings.kafka_fetch_wait_busy_ms
+        self.fetch_wait.new_consumer()
         self.consumer = self._new_consumer()
         self._unassigned_since = self.clock()
 
