@@ -19,7 +19,7 @@ from rich.table import Table
 from bench.texts import long_tail_texts
 from producers.client import Client
 from runtime.localstack import LocalStack
-from runtime.processes import Pipeline
+from runtime.processes import local_pipeline, local_workers
 from runtime.settings import Settings
 from schemas.messages import EmbeddingResult, Reply
 
@@ -43,8 +43,12 @@ def run_demo(settings: Settings, count: int, seed: int, console: Console) -> int
     os.environ.update(env)
     demo_settings = settings.model_copy(update={"topic_prefix": prefix})
     try:
-        console.print("starting a dispatcher and a worker (model load + warm-up)...")
-        with Pipeline(env=env), Client(demo_settings, tenant="demo") as client:
+        workers = local_workers(settings.device, settings.torch_threads)
+        console.print(f"starting a dispatcher and {workers} worker(s) (model load + warm-up)...")
+        with (
+            local_pipeline(env, settings.device, settings.torch_threads),
+            Client(demo_settings, tenant="demo") as client,
+        ):
             texts = long_tail_texts(count, seed=seed)
             replies = _embed_with_progress(client, texts, console)
             _similarity(client, console)

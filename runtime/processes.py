@@ -21,6 +21,29 @@ class ProcessFailed(RuntimeError):
     pass
 
 
+def local_workers(device: str = "auto", torch_threads: int | None = None) -> int:
+    """How many workers a local pipeline (demo, benchmark) runs for one model. On CPU: one
+    per core, each with one torch thread (``worker_env``). Measured on 2 cores shared with the
+    broker, the dispatcher and the client (``bench.pipeline``): 2 workers x 1 thread reached
+    0.88 of the raw model loop, 1 worker x 2 threads 0.80, since a torch op split over both
+    cores stalls whenever another process takes one of them. On CUDA, or with
+    ``torch_threads`` set: one."""
+    if torch_threads:
+        return 1
+    if device != "cpu":
+        import torch
+
+        if torch.cuda.is_available():
+            return 1
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def worker_env(workers: int) -> dict[str, str]:
+    """Environment of a local pipeline's workers: one torch thread each when there are
+    several (one per core)."""
+    return {"HEADRACE_TORCH_THREADS": "1"} if workers > 1 else {}
+
+
 class Proc:
     """One ``headrace`` subprocess whose output goes to a log file."""
 
@@ -100,22 +123,24 @@ class Proc:
 class Pipeline:
     """A dispatcher and workers for one settings environment; a context manager.
     ``worker_buckets``: one entry per worker ("all" or "16,32"); default one worker for all;
-    ``[]`` for none."""
+    ``[]`` for none. ``worker_env``: added to the workers' environment only."""
 
     def __init__(
         self,
         env: Mapping[str, str] | None = None,
         worker_buckets: list[str] | None = None,
         log_dir: Path | None = None,
+        worker_env: Mapping[str, str] | None = None,
     ) -> None:
         self.env = {**os.environ, **(env or {})}
         self.env.setdefault("PYTHONUNBUFFERED", "1")
+        self.worker_env = {**self.env, **(worker_env or {})}
         prefix = self.env.get("HEADRACE_TOPIC_PREFIX", "headrace")
         self.log_dir = (
             log_dir or Path(self.env.get("HEADRACE_STATE_DIR", ".headrace")) / "logs" / prefix
         )
         self.workers = [
-            Proc(f"worker-{i}", ["worker", "--buckets", b], self.env, self.log_dir)
+            Proc(f"worker-{i}", ["worker", "--buckets", b], self.worker_env, self.log_dir)
             for i, b in enumerate(["all"] if worker_buckets is None else worker_buckets)
         ]
         self.dispatcher = Proc("dispatcher", ["dispatcher"], self.env, self.log_dir)
@@ -133,7 +158,10 @@ class Pipeline:
     def add_worker(self, buckets: str = "all") -> Proc:
         """Start one more worker (``buckets``: "all" or comma-separated boundaries)."""
         worker = Proc(
-            f"worker-{len(self.workers)}", ["worker", "--buckets", buckets], self.env, self.log_dir
+            f"worker-{len(self.workers)}",
+            ["worker", "--buckets", buckets],
+            self.worker_env,
+            self.log_dir,
         )
         self.workers.append(worker)
         return worker.start()
@@ -152,3 +180,9 @@ class Pipeline:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def local_pipeline(env: Mapping[str, str], device: str, torch_threads: int | None) -> Pipeline:
+    """The demo's and the benchmark's pipeline: ``local_workers`` workers for all buckets."""
+    workers = local_workers(device, torch_threads)
+    return Pipeline(env=env, worker_buckets=["all"] * workers, worker_env=worker_env(workers))
