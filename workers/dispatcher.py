@@ -13,16 +13,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer
+from kafka import KafkaConsumer
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from runtime import connections, kafka_fixes, metrics
+from runtime import connections, metrics
 from runtime.delivery import DeliveryError, reliable_producer
-from runtime.fetch_wait import FetchWait
-from runtime.fetch_watch import FetchWatch, Remedy
-from runtime.kafka_state import partition_state
 from runtime.models import known_models, model_spec
 from runtime.settings import Settings
 from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
@@ -38,13 +34,12 @@ from workers.intake import Rejection, parse_request
 from workers.ledger import STATE_ERRORS, Ledger
 from workers.offsets import Partition
 from workers.recovery import Recovery
+from workers.request_consumer import RequestConsumer
 from workers.worker import TASK_NAME
 
 log = logging.getLogger(__name__)
 
 BEATS_BEFORE_DEAD = 3
-REJOIN_AFTER_S = 20.0
-FETCH_STALL_S = 10.0  # records past the position, none returned: seek, then a new consumer
 STATE_LOG_INTERVAL_S = 10.0
 GAP_RETRIES = 50
 HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
@@ -89,8 +84,6 @@ class Dispatcher:
         )
         self.announced = False
         self.report_requested = threading.Event()  # set by SIGUSR2 (the CLI): log_consumer_state
-        self.fetch_wait = FetchWait(settings, clock=clock)
-        self._read_records = False  # the last poll returned records
         self._live: dict[int, set[str]] = {}
         self._live_checked = -1e9
         self._control_checked = -1e9
@@ -108,20 +101,17 @@ class Dispatcher:
         self.control = ControlReader(settings)
         self._state_logged = clock()
         self._gap_retries: dict[TopicPartition, int] = {}
-        self._assignment_checked = clock()
-        self._unassigned_since: float | None = clock()
-        self.rebalancing = False  # partitions revoked, the new assignment not come yet
-        self.fetch_watch = FetchWatch(FETCH_STALL_S, clock)
-        self.consumer = self._new_consumer()
-
-    def _new_consumer(self) -> KafkaConsumer:
-        consumer = connections.consumer(
-            self.settings,
-            group_id=f"{self.settings.topic_prefix}.dispatcher",
-            max_poll_records=500,
+        self.requests = RequestConsumer(
+            settings,
+            f"{settings.topic_prefix}.dispatcher",
+            list(self.bucket_of_topic),
+            owner=self,
+            clock=clock,
         )
-        consumer.subscribe(list(self.bucket_of_topic), listener=_Rebalance(self))
-        return consumer
+
+    @property
+    def consumer(self) -> KafkaConsumer:
+        return self.requests.consumer
 
     # --- loop ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None) -> None:
@@ -138,10 +128,9 @@ class Dispatcher:
         # worker busy and the CPU is better spent on the model; quiet for a while: fetch
         # less often (runtime/fetch_wait.py).
         flood = len(self.flights.in_flight) > 1 or any(len(b) for b in self.batchers.values())
-        awaited = self._read_records or bool(self.flights.in_flight)
-        self.fetch_wait.apply(self.consumer, awaited=awaited, flood=flood)
-        polled = self.consumer.poll(timeout_ms=self._poll_timeout_ms())
-        self._read_records = bool(polled)
+        polled = self.requests.poll(
+            self._poll_timeout_ms(), awaited=bool(self.flights.in_flight), flood=flood
+        )
         now = time.time()
         for tp, records in polled.items():
             if self._skipped_records(tp, records):
@@ -154,7 +143,7 @@ class Dispatcher:
         if self.report_requested.is_set():
             self.report_requested.clear()
             self.log_consumer_state()
-        self._check_assignment()
+        self.requests.check()
         self.recovery.check_leases(self._live)
         self._flush_due()
         if self.errors.answered:
@@ -395,60 +384,6 @@ class Dispatcher:
             health.observe_workers(len(self._live.get(bucket, ())))
         self.recovery.check_runners(self._live)
 
-    def _check_assignment(self) -> None:
-        """Once a second. A consumer left without partitions for REJOIN_AFTER_S (seen after
-        tansu lost its S3 store for a while: the group forgot the member and the member never
-        rejoined) is replaced by a fresh one, which joins the group again. A partition whose
-        fetch stalled with records past its position is sought again, then the consumer is
-        replaced (``FetchWatch``). A rebalance counts as no partitions: after an S3 outage a
-        consumer sat for over 40 s with its partitions revoked (kafka-python still lists them,
-        pending revocation, none fetchable) and its rejoin never finishing."""
-        now = self.clock()
-        if now - self._assignment_checked < 1.0:
-            return
-        self._assignment_checked = now
-        assignment = set() if self.rebalancing else self.consumer.assignment()
-        if assignment:
-            self._unassigned_since = None
-            self._watch_fetches(assignment)
-            return
-        if self._unassigned_since is None:
-            self._unassigned_since = now
-            return
-        if now - self._unassigned_since < REJOIN_AFTER_S:
-            return
-        self._renew_consumer(f"no partitions for {now - self._unassigned_since:.0f}s")
-
-    def _watch_fetches(self, assignment: set[TopicPartition]) -> None:
-        """Only an idle bucket counts: one with batches in flight or waiting, or paused by
-        backpressure, is not meant to read (a flood once tripped the watch: its bucket was
-        paused and resumed between the checks)."""
-        paused = set(self.consumer.paused())
-        for tp in assignment:
-            bucket = self.bucket_of_topic.get(tp.topic)
-            busy = bucket is None or tp in paused or self._bucket_busy(bucket)
-            try:
-                position = self.consumer.position(tp, timeout_ms=0) if not busy else None
-            except KafkaError:  # revoked meanwhile, or no position yet
-                continue
-            remedy = self.fetch_watch.observe(tp, position, self.consumer.highwater(tp), busy)
-            if remedy is Remedy.seek:
-                log.warning(
-                    "%s:%d: no records for %.0fs at offset %s though the log ends at %s; "
-                    "seeking there again; client state: %s",
-                    tp.topic,
-                    tp.partition,
-                    self.fetch_watch.stall_s,
-                    position,
-                    self.consumer.highwater(tp),
-                    self._partition_report(tp),
-                )
-                assert position is not None
-                self.consumer.seek(tp, position)
-            elif remedy is Remedy.renew:
-                self._renew_consumer(f"{tp.topic}:{tp.partition} stalled at offset {position}")
-                return
-
     def _bucket_busy(self, bucket: int) -> bool:
         return bool(
             bucket in self.paused
@@ -456,20 +391,6 @@ class Dispatcher:
             or self.flights.ready[bucket]
             or len(self.batchers[bucket])
         )
-
-    def _renew_consumer(self, why: str) -> None:
-        log.warning("%s; replacing the consumer (it joins the group again)", why)
-        self.forget_partitions(self.flights.tracker.partitions())
-        try:
-            self.consumer.close(autocommit=False)
-        except Exception:
-            log.warning("closing the stuck consumer failed", exc_info=True)
-        self.paused.clear()
-        self.rebalancing = False
-        self.fetch_watch.forget()
-        self.fetch_wait.new_consumer()
-        self.consumer = self._new_consumer()
-        self._unassigned_since = self.clock()
 
     def _log_state(self, now: float) -> None:
         """Every STATE_LOG_INTERVAL_S while anything is unanswered: what it waits on."""
@@ -490,25 +411,11 @@ class Dispatcher:
         )
 
     def log_consumer_state(self) -> None:
-        """Per assigned partition: fetch position, last known high watermark, paused or not,
-        and the next offset the dispatcher expects; then the in-flight picture."""
-        paused = set(self.consumer.paused())
-        for tp in sorted(self.consumer.assignment()):
-            log.info(
-                "partition %s:%d position %s highwater %s expected %s%s; client state: %s",
-                tp.topic,
-                tp.partition,
-                self.consumer.position(tp, timeout_ms=1000),
-                self.consumer.highwater(tp),
-                self.flights.tracker.expected((tp.topic, tp.partition)),
-                " paused" if tp in paused else "",
-                self._partition_report(tp),
-            )
+        """The consumer's partitions (``RequestConsumer.log_partitions``), then the
+        in-flight picture."""
+        self.requests.log_partitions(self.flights.tracker.expected)
         self._state_logged = -1e9
         self._log_state(self.clock())
-
-    def _partition_report(self, tp: TopicPartition) -> dict[str, Any]:
-        return {**(partition_state(self.consumer, tp) or {}), "rebalancing": self.rebalancing}
 
     def _read_control(self) -> None:
         now = self.clock()
@@ -532,13 +439,10 @@ class Dispatcher:
     def _set_paused(self, bucket: int, pause: bool) -> None:
         if pause == (bucket in self.paused):
             return
-        topic = self.topics.requests(bucket)
-        parts = [tp for tp in self.consumer.assignment() if tp.topic == topic]
+        self.requests.set_paused(self.topics.requests(bucket), pause)
         if pause:
-            self.consumer.pause(*parts)
             self.paused.add(bucket)
         else:
-            kafka_fixes.resume(self.consumer, *parts)
             self.paused.discard(bucket)
 
     def _poll_timeout_ms(self) -> int:
@@ -575,28 +479,28 @@ class Dispatcher:
     def forget_partitions(self, partitions: list[Partition]) -> None:
         self.flights.forget(partitions, list(self.batchers.values()))
 
+    # --- the request consumer's owner (workers/request_consumer.py) ---------------------------
+    def topic_busy(self, topic: str) -> bool:
+        bucket = self.bucket_of_topic.get(topic)
+        return bucket is None or self._bucket_busy(bucket)
+
+    def partitions_revoked(self, partitions: list[Partition]) -> None:
+        try:
+            self._commit(sync=True, only=partitions)
+        except Exception:
+            log.warning("commit on revoke failed", exc_info=True)
+        self.forget_partitions(partitions)
+
+    def partitions_assigned(self, partitions: list[TopicPartition]) -> None:
+        if partitions and not self.announced:
+            self.announced = True
+            print(f"READY dispatcher {self.dispatcher_id}", flush=True)
+
+    def consumer_replaced(self) -> None:
+        self.forget_partitions(self.flights.tracker.partitions())
+        self.paused.clear()
+
 
 def _log_commit_error(offsets: Any, response: Any) -> None:
     if isinstance(response, Exception):
         log.warning("offset commit failed: %s", response)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self.dispatcher = dispatcher
-
-    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        parts = [(tp.topic, tp.partition) for tp in revoked]
-        try:
-            self.dispatcher._commit(sync=True, only=parts)
-        except Exception:
-            log.warning("commit on revoke failed", exc_info=True)
-        self.dispatcher.forget_partitions(parts)
-        self.dispatcher.rebalancing = True
-
-    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        log.info("assigned %d partitions", len(assigned))
-        self.dispatcher.rebalancing = False
-        if assigned and not self.dispatcher.announced:
-            self.dispatcher.announced = True
-            print(f"READY dispatcher {self.dispatcher.dispatcher_id}", flush=True)
