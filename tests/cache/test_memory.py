@@ -7,14 +7,7 @@ import pytest
 from cache.entry import CacheEntry, ExpiryPolicy
 from cache.memory import ENTRY_OVERHEAD_BYTES, MemoryTier
 from schemas.messages import EmbeddingResult
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import FakeClock
 
 
 def entry(
@@ -37,7 +30,7 @@ TAGS = ExpiryPolicy(mode="tags")
 
 
 def test_absolute_ttl_expires_however_often_it_is_read() -> None:
-    clock = Clock()
+    clock = FakeClock()
     l1 = MemoryTier(1 << 20, clock)
     l1.put(entry("k", TTL, clock.now), 100)
     for _ in range(3):
@@ -49,7 +42,7 @@ def test_absolute_ttl_expires_however_often_it_is_read() -> None:
 
 
 def test_sliding_ttl_lives_while_it_is_read() -> None:
-    clock = Clock()
+    clock = FakeClock()
     l1 = MemoryTier(1 << 20, clock)
     l1.put(entry("k", SLIDING, clock.now), 100)
     for _ in range(5):
@@ -60,7 +53,7 @@ def test_sliding_ttl_lives_while_it_is_read() -> None:
 
 
 def test_tag_entries_stay_until_their_scope_is_invalidated() -> None:
-    clock = Clock()
+    clock = FakeClock()
     l1 = MemoryTier(1 << 20, clock)
     l1.put(entry("a", TAGS, clock.now, {"tenant/acme/tag/doc:1": 0}), 100)
     l1.put(entry("b", TAGS, clock.now, {"tenant/acme/tag/doc:2": 0}), 100)
@@ -79,7 +72,7 @@ def test_expiry_policy_needs_a_ttl_except_for_tags() -> None:
 
 
 def test_lru_is_bounded_in_bytes_and_evicts_the_least_recently_used() -> None:
-    clock = Clock()
+    clock = FakeClock()
     cost = 1000 + ENTRY_OVERHEAD_BYTES
     l1 = MemoryTier(3 * cost, clock)
     for k in "abc":
@@ -92,7 +85,7 @@ def test_lru_is_bounded_in_bytes_and_evicts_the_least_recently_used() -> None:
 
 
 def test_a_promotion_that_raced_an_invalidation_is_not_inserted() -> None:
-    clock = Clock()
+    clock = FakeClock()
     l1 = MemoryTier(1 << 20, clock)
     epoch = l1.epoch  # read before looking in L2 ...
     l1.invalidate(scopes=["tenant/acme"])  # ... an invalidation lands meanwhile

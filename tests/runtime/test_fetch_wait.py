@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from runtime.fetch_wait import FetchWait
 from runtime.settings import Settings
+from tests.clock import FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def policy(clock: Clock) -> FetchWait:
+def policy(clock: FakeClock) -> FetchWait:
     settings = Settings(
         kafka_fetch_wait_eager_ms=2, kafka_fetch_wait_idle_ms=20, kafka_fetch_wait_busy_ms=100
     )
@@ -22,11 +15,11 @@ def policy(clock: Clock) -> FetchWait:
 
 
 def test_quiet_from_the_start_waits_the_idle_time() -> None:
-    assert policy(Clock()).choose(awaited=False, flood=False) == 20
+    assert policy(FakeClock()).choose(awaited=False, flood=False) == 20
 
 
 def test_awaited_is_eager_then_stays_eager_for_the_grace_period() -> None:
-    clock = Clock()
+    clock = FakeClock()
     wait = policy(clock)
     assert wait.choose(awaited=True, flood=False) == 2
     clock.now += 0.9
@@ -36,7 +29,7 @@ def test_awaited_is_eager_then_stays_eager_for_the_grace_period() -> None:
 
 
 def test_a_flood_waits_longest_and_counts_as_activity() -> None:
-    clock = Clock()
+    clock = FakeClock()
     wait = policy(clock)
     assert wait.choose(awaited=True, flood=True) == 100
     clock.now += 0.5
@@ -46,7 +39,7 @@ def test_a_flood_waits_longest_and_counts_as_activity() -> None:
 
 
 def test_new_consumer_starts_from_the_busy_wait() -> None:
-    wait = policy(Clock())
+    wait = policy(FakeClock())
     wait.current_ms = 2
     wait.new_consumer()
     assert wait.current_ms == 100

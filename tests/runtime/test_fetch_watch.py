@@ -4,18 +4,11 @@ again after stall_s, then its consumer is replaced. Injected clock."""
 from __future__ import annotations
 
 from runtime.fetch_watch import FetchWatch, Remedy
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import FakeClock
 
 
 def test_stalled_partition_is_sought_then_renewed() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     watch = FetchWatch(10.0, clock)
     assert watch.observe("p", 345, 411, busy=False) is None
     clock.now = 9.9
@@ -31,7 +24,7 @@ def test_stalled_partition_is_sought_then_renewed() -> None:
 
 
 def test_moving_caught_up_or_paused_partitions_are_left_alone() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     watch = FetchWatch(10.0, clock)
     for step in range(5):  # the position moves: not stalled, however long it takes
         clock.now = step * 8.0
@@ -46,7 +39,7 @@ def test_moving_caught_up_or_paused_partitions_are_left_alone() -> None:
 
 
 def test_being_busy_resets_the_stall_timer() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     watch = FetchWatch(10.0, clock)
     watch.observe("p", 5, 9, busy=False)
     clock.now = 8.0

@@ -13,19 +13,12 @@ from runtime import connections
 from runtime.localstack import LocalStack
 from runtime.settings import Settings
 from sessions.store import Session, SessionConflict, SessionStore, Turn
+from tests.clock import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_store(prefix: str, clock: Clock) -> SessionStore:
+def make_store(prefix: str, clock: FakeClock) -> SessionStore:
     settings = Settings()
     return SessionStore(
         connections.redis_client(settings),
@@ -37,14 +30,14 @@ def make_store(prefix: str, clock: Clock) -> SessionStore:
 
 
 @pytest.fixture
-def stores(stack: LocalStack) -> tuple[SessionStore, SessionStore, Clock]:
+def stores(stack: LocalStack) -> tuple[SessionStore, SessionStore, FakeClock]:
     """Two stores on one prefix: two processes."""
-    prefix, clock = f"t-sess-{uuid.uuid4().hex[:8]}", Clock()
+    prefix, clock = f"t-sess-{uuid.uuid4().hex[:8]}", FakeClock(1_000_000.0)
     return make_store(prefix, clock), make_store(prefix, clock), clock
 
 
 def test_concurrent_appends_all_land_once(
-    stores: tuple[SessionStore, SessionStore, Clock],
+    stores: tuple[SessionStore, SessionStore, FakeClock],
 ) -> None:
     a, b, _ = stores
     start = a.append(a.get("acme", "s1"), [Turn(role="user", content="hello")])
@@ -62,7 +55,7 @@ def test_concurrent_appends_all_land_once(
 
 
 def test_a_stale_replace_is_refused_with_the_current_version(
-    stores: tuple[SessionStore, SessionStore, Clock],
+    stores: tuple[SessionStore, SessionStore, FakeClock],
 ) -> None:
     a, b, _ = stores
     v1 = a.append(a.get("acme", "s2"), [Turn(role="user", content="one")])
@@ -76,7 +69,7 @@ def test_a_stale_replace_is_refused_with_the_current_version(
 
 
 def test_l1_serves_repeat_reads_but_never_hides_a_newer_version(
-    stores: tuple[SessionStore, SessionStore, Clock],
+    stores: tuple[SessionStore, SessionStore, FakeClock],
 ) -> None:
     a, b, _ = stores
     a.append(a.get("acme", "s3"), [Turn(role="user", content="x")])
@@ -88,7 +81,7 @@ def test_l1_serves_repeat_reads_but_never_hides_a_newer_version(
 
 
 def test_idle_sessions_move_to_s3_and_come_back_at_their_version(
-    stores: tuple[SessionStore, SessionStore, Clock],
+    stores: tuple[SessionStore, SessionStore, FakeClock],
 ) -> None:
     a, b, clock = stores
     kept = a.append(a.get("acme", "old"), [Turn(role="user", content="archive me")])
@@ -103,7 +96,9 @@ def test_idle_sessions_move_to_s3_and_come_back_at_their_version(
     assert b.append(back, [Turn(role="assistant", content="welcome back")]).version == 2
 
 
-def test_tenants_do_not_share_sessions(stores: tuple[SessionStore, SessionStore, Clock]) -> None:
+def test_tenants_do_not_share_sessions(
+    stores: tuple[SessionStore, SessionStore, FakeClock],
+) -> None:
     a, _, _ = stores
     a.append(a.get("acme", "same-id"), [Turn(role="user", content="acme's")])
     other = a.get("globex", "same-id")

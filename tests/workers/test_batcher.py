@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.clock import FakeClock
 from workers.batcher import DynamicBatcher
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance_ms(self, ms: float) -> None:
-        self.now += ms / 1000
 
 
 def make(

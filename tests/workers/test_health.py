@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
+from tests.clock import FakeClock
 from workers.health import BucketHealth, Health, HealthPolicy
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
 
 POLICY = HealthPolicy(
     degrade_after_s=5, error_rate=0.5, min_requests=10, window_s=30, cooldown_s=10
@@ -19,7 +11,7 @@ POLICY = HealthPolicy(
 
 
 def test_no_workers_degrades_after_the_grace_and_recovers_when_one_beats() -> None:
-    clock = Clock()
+    clock = FakeClock()
     health = BucketHealth(POLICY, clock)
     health.observe_workers(0)
     clock.now += 4.9
@@ -34,7 +26,7 @@ def test_no_workers_degrades_after_the_grace_and_recovers_when_one_beats() -> No
 
 
 def test_error_rate_opens_the_breaker_for_the_cooldown_then_half_opens() -> None:
-    clock = Clock()
+    clock = FakeClock()
     health = BucketHealth(POLICY, clock)
     health.observe_workers(1)
     health.record(ok=5, failed=4)
@@ -53,7 +45,7 @@ def test_error_rate_opens_the_breaker_for_the_cooldown_then_half_opens() -> None
 
 
 def test_old_outcomes_leave_the_window() -> None:
-    clock = Clock()
+    clock = FakeClock()
     health = BucketHealth(POLICY, clock)
     health.observe_workers(1)
     health.record(ok=0, failed=9)
@@ -64,7 +56,7 @@ def test_old_outcomes_leave_the_window() -> None:
 
 
 def test_a_healthy_error_rate_stays_ok() -> None:
-    clock = Clock()
+    clock = FakeClock()
     health = BucketHealth(POLICY, clock)
     health.observe_workers(1)
     for _ in range(10):

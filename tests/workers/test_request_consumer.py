@@ -14,6 +14,7 @@ from runtime import connections
 from runtime.delivery import reliable_producer
 from runtime.localstack import LocalStack
 from runtime.settings import Settings
+from tests.clock import FakeClock
 from workers.offsets import Partition
 from workers.request_consumer import RequestConsumer
 
@@ -39,14 +40,6 @@ class Owner:
         self.replaced += 1
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def fetcher_wait_ms(consumer: KafkaConsumer) -> int:
     """What kafka-python will put in its next fetch request."""
     return int(consumer._fetcher.config["fetch_max_wait_ms"])
@@ -66,7 +59,7 @@ def test_fetch_wait_join_read_and_renew(stack: LocalStack, prefix: str) -> None:
     topic = f"{prefix}.requests.16"
     connections.ensure_topics(settings, [topic], partitions=1)
     producer = reliable_producer(settings, timeout_s=10)
-    owner, clock = Owner(), Clock()
+    owner, clock = Owner(), FakeClock()
     requests = RequestConsumer(settings, f"{prefix}.dispatcher", [topic], owner, clock)
     try:
         producer.send(topic, b"first")
