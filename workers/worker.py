@@ -190,7 +190,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,
-            model_spec(settings.model).version,
+            spec.version,
         ),
     )
     app = connections.celery_app(settings)
