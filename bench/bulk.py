@@ -22,12 +22,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from jobs.lifecycle import JobStatus
-from jobs.runner import new_job
-from jobs.store import JobStore
-from runtime.localstack import LocalStack
-from runtime.processes import Pipeline
-from runtime.settings import Settings
+from headrace.config.settings import Settings
+from headrace.jobs.lifecycle import JobStatus
+from headrace.jobs.runner import new_job
+from headrace.jobs.store import JobStore
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Pipeline
 
 console = Console()
 SUBMITTED = re.compile(r"submitted (\d+) requests in ([\d.]+) s \((\d+)/s\)")
@@ -54,7 +54,7 @@ def run_one(settings: Settings, env: dict[str, str], lines: int, window: int) ->
     log_path = settings.state_dir / f"runner-{lines}.log"
     log_file = open(log_path, "wb")  # noqa: SIM115 - closed below (a pipe would fill and block it)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "batch", "run", job.id, "--window", str(window)],
+        [sys.executable, "-m", "headrace.ops.cli", "batch", "run", job.id, "--window", str(window)],
         env=env,
         stdout=log_file,
         stderr=subprocess.STDOUT,

@@ -23,14 +23,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cache.entry import CacheEntry, ExpiryPolicy
-from cache.keys import cache_key, entry_scopes
-from cache.rules import TagRule
-from cache.store import TieredCache, open_cache
-from runtime import connections
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from schemas.messages import EmbeddingResult, EmbedParams
+from headrace.cache.entry import CacheEntry
+from headrace.cache.keys import cache_key, entry_scopes
+from headrace.cache.store import TieredCache, open_cache
+from headrace.config.cache_policy import ExpiryPolicy
+from headrace.config.settings import Settings
+from headrace.config.tag_rules import TagRule
+from headrace.health.ready import is_ready_line
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.messages import EmbeddingResult, EmbedParams
+from headrace.transport.kafka import clients as kafka_clients
 
 console = Console()
 TARGETS_MS = {"l1": 0.1, "l2": 2.0, "propagation_p99": 250.0}
@@ -84,7 +86,7 @@ def main(l1: int = 20_000, l2: int = 2_000, l3: int = 200, events: int = 100) ->
         "HEADRACE_CACHE_TAG_RULES": json.dumps([rule.model_dump()]),
     }
     invalidator = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "invalidator", "--log-level", "WARNING"],
+        [sys.executable, "-m", "headrace.ops.cli", "invalidator", "--log-level", "WARNING"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
@@ -92,7 +94,7 @@ def main(l1: int = 20_000, l2: int = 2_000, l3: int = 200, events: int = 100) ->
     cache = open_cache(settings)
     try:
         assert invalidator.stdout is not None
-        assert invalidator.stdout.readline().startswith("READY"), "invalidator did not start"
+        assert is_ready_line(invalidator.stdout.readline()), "invalidator did not start"
         cache.listen()
         entry = an_entry(cache, "a sentence for the benchmark", "product:0")
         assert cache.put(entry)
@@ -107,7 +109,7 @@ def main(l1: int = 20_000, l2: int = 2_000, l3: int = 200, events: int = 100) ->
         tiers = {t: no_l1.counts[f"{t}_hit"] for t in ("l2", "l3")}
         assert tiers == {"l2": l2, "l3": l3}, tiers
 
-        producer = connections.producer(settings)
+        producer = kafka_clients.producer(settings)
         propagation = []
         for i in range(1, events + 1):
             doomed = an_entry(cache, f"event {i}", f"product:{i}")

@@ -24,12 +24,12 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import cpu, raw
-from bench.texts import long_tail_texts
-from producers.client import Client
-from runtime.localstack import LocalStack
-from runtime.processes import local_pipeline, local_workers
-from runtime.settings import Settings
-from schemas.messages import EmbeddingResult, Reply
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import local_pipeline, local_workers
+from headrace.ops.sample_texts import long_tail_texts
+from headrace.producers.client import Client
+from headrace.schemas.messages import EmbeddingResult, Reply
 
 console = Console()
 

@@ -13,14 +13,14 @@ import time
 from multiprocessing.synchronize import Barrier
 from typing import Any, cast
 
-from runtime.settings import Settings
+from headrace.config.settings import Settings
 
 Groups = list[list[str]]
 
 
 def _backend(settings: Settings) -> Any:
-    from workers.backends.base import Backend
-    from workers.worker import load_backend
+    from headrace.workers.backends.base import Backend
+    from headrace.workers.worker import load_backend
 
     return cast(Backend, load_backend(settings, settings.buckets))
 

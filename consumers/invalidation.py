@@ -22,13 +22,14 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 from pydantic import ValidationError
 
-from cache.keys import model_scope, tag_scope, tenant_scope
-from cache.rules import RuleMismatch, TagRule
-from cache.store import REDIS_ERRORS, TieredCache, open_cache
-from runtime import connections
-from runtime.settings import Settings
-from schemas.cache import Invalidation
-from schemas.topics import Topics
+from headrace.cache.keys import model_scope, tag_scope, tenant_scope
+from headrace.cache.store import REDIS_ERRORS, TieredCache, open_cache
+from headrace.config.settings import Settings
+from headrace.config.tag_rules import RuleMismatch, TagRule
+from headrace.health.ready import announce_ready
+from headrace.schemas.cache import Invalidation
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ class Invalidator:
         for rule in settings.cache_tag_rules:
             self.rules.setdefault(rule.topic, []).append(rule)
         topics = [self.topic, *self.rules]
-        connections.ensure_topics(settings, topics, partitions=1)
-        self._consumer = connections.consumer(
+        kafka_clients.ensure_topics(settings, topics, partitions=1)
+        self._consumer = kafka_clients.consumer(
             settings,
             group_id=f"{settings.topic_prefix}.invalidator",
             auto_offset_reset="earliest",  # never skip an invalidation
@@ -68,7 +69,7 @@ class Invalidator:
 
     def run(self, stop: threading.Event) -> None:
         log.info("invalidator reading %s", sorted({tp.topic for tp in self._partitions}))
-        print("READY invalidator", flush=True)
+        announce_ready("invalidator")
         try:
             while not stop.is_set():
                 self.step()

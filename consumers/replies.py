@@ -21,11 +21,11 @@ from concurrent.futures import Future
 from kafka.structs import TopicPartition
 from pydantic import ValidationError
 
-from runtime import connections
-from runtime.fetch_wait import FetchWait
-from runtime.fetch_watch import FetchWatch, Remedy
-from runtime.settings import Settings
-from schemas.messages import Reply, StreamDelta, parse_reply_record
+from headrace.config.settings import Settings
+from headrace.schemas.messages import Reply, StreamDelta, parse_reply_record
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.fetch_wait import FetchWait
+from headrace.transport.kafka.fetch_watch import FetchWatch, Remedy
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class ReplyListener:
     def __init__(self, settings: Settings, topic: str, stall_s: float = FETCH_STALL_S) -> None:
         self.settings = settings
         self.topic = topic
-        self._consumer = connections.consumer(settings, group_id=None)
+        self._consumer = kafka_clients.consumer(settings, group_id=None)
         parts = self._consumer.partitions_for_topic(topic) or {0}
         self._partitions = [TopicPartition(topic, p) for p in sorted(parts)]
         self._consumer.assign(self._partitions)
@@ -175,7 +175,7 @@ class ReplyListener:
             self._consumer.close()
         except Exception:
             log.warning("closing the stalled reply consumer failed", exc_info=True)
-        self._consumer = connections.consumer(self.settings, group_id=None)
+        self._consumer = kafka_clients.consumer(self.settings, group_id=None)
         self._consumer.assign(self._partitions)
         for tp, position in positions.items():
             if position is None:
@@ -201,7 +201,7 @@ def stream_replies(
     carries on where it stopped. ``idle_timeout_s`` ends the stream after that long with
     nothing new.
     """
-    consumer = connections.consumer(
+    consumer = kafka_clients.consumer(
         settings,
         group_id=group_id,
         auto_offset_reset="earliest" if from_beginning else "latest",

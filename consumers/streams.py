@@ -8,7 +8,7 @@ missing when it comes (a delta lost), the rest of its text is given out then.
 
 from __future__ import annotations
 
-from schemas.messages import GenerationResult, Reply, StreamDelta
+from headrace.schemas.messages import GenerationResult, Reply, StreamDelta
 
 
 class DeltaAssembler:

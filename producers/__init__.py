@@ -1,5 +1,2 @@
-"""The client SDK: validate, count tokens, pick the bucket, produce, and await replies."""
-
-from producers.client import Client, Submission
-
-__all__ = ["Client", "Submission"]
+"""The client SDK: validate, count tokens, pick the bucket, produce, and await replies
+(``headrace.Client``)."""

@@ -38,17 +38,15 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal
 
-from cache.requests import request_key, request_scopes
-from cache.store import open_cache
-from consumers.replies import ReplyListener
-from producers.generation import GenerationMixin
-from producers.tokens import count_tokens
-from runtime import connections
-from runtime.delivery import reliable_producer
-from runtime.models import model_spec
-from runtime.settings import Settings
-from schemas.buckets import bucket_for
-from schemas.errors import (
+from headrace.cache.requests import request_key, request_scopes
+from headrace.cache.store import open_cache
+from headrace.config.settings import Settings
+from headrace.consumers.replies import ReplyListener
+from headrace.models.registry import model_spec
+from headrace.producers.generation import GenerationMixin
+from headrace.producers.tokens import count_tokens
+from headrace.schemas.buckets import bucket_for
+from headrace.schemas.errors import (
     BackpressureError,
     EmptyInputError,
     InputTooLongError,
@@ -57,7 +55,7 @@ from schemas.errors import (
     RequestFailedError,
     RequestTooLargeError,
 )
-from schemas.messages import (
+from headrace.schemas.messages import (
     CacheDirective,
     Control,
     EmbeddingResult,
@@ -66,7 +64,9 @@ from schemas.messages import (
     Reply,
     Request,
 )
-from schemas.topics import Topics
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.delivery import reliable_producer
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +112,10 @@ class Client(GenerationMixin):
         self.tenant = tenant
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_topic = reply_topic or self.topics.replies("default")
-        connections.ensure_topics(
+        kafka_clients.ensure_topics(
             self.settings, [self.topics.requests(b) for b in self.settings.buckets]
         )
-        connections.ensure_topics(
+        kafka_clients.ensure_topics(
             self.settings, [self.reply_topic, self.topics.control], partitions=1
         )
         self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)

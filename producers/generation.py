@@ -12,13 +12,13 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from consumers.streams import DeltaAssembler
-from schemas.errors import ReplyTimeoutError, RequestFailedError
-from schemas.messages import GenerateParams, GenerationResult, Reply, Request, StreamDelta
+from headrace.consumers.streams import DeltaAssembler
+from headrace.schemas.errors import ReplyTimeoutError, RequestFailedError
+from headrace.schemas.messages import GenerateParams, GenerationResult, Reply, Request, StreamDelta
 
 if TYPE_CHECKING:
-    from consumers.replies import ReplyListener
-    from producers.client import Submission
+    from headrace.consumers.replies import ReplyListener
+    from headrace.producers.client import Submission
 
 
 class _Client(Protocol):

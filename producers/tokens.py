@@ -6,7 +6,7 @@ from functools import cache
 
 from tokenizers import Tokenizer
 
-from runtime.models import model_spec
+from headrace.models.registry import model_spec
 
 
 @cache

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, StringConstraints, model_validator
 
-from schemas.messages import SCHEMA_VERSION, Identifier, Tag, _Message
+from headrace.schemas.messages import SCHEMA_VERSION, Identifier, Tag, _Message
 
 
 class Invalidation(_Message):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from schemas.cache import Invalidation
-from schemas.messages import DeadLetter, Reply, Request, StreamDelta
+from headrace.schemas.cache import Invalidation
+from headrace.schemas.messages import DeadLetter, Reply, Request, StreamDelta
 
 PUBLIC_MESSAGES: dict[str, type[BaseModel]] = {
     "request": Request,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.errors import ErrorCode, ErrorInfo
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_INPUT_CHARS = 1_000_000  # a hard byte-ish ceiling; the token limit is the model's

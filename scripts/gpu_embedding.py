@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from workers.backends.embedding import EmbeddingBackend
+from headrace.workers.backends.embedding import EmbeddingBackend
 
 BUCKETS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
 TEXTS = [

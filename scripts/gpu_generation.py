@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from runtime import tiny_lm
-from workers.backends.base import EncodedItem, FixedSampling, Generated
-from workers.backends.generation import GenerationBackend
-from workers.memory_plan import plan_model
+from headrace.models import tiny_lm
+from headrace.workers.backends.base import EncodedItem, FixedSampling, Generated
+from headrace.workers.backends.generation import GenerationBackend
+from headrace.workers.memory_plan import plan_model
 
 BUCKETS = [16, 32, 64, 128, 256, 384]
 PROMPTS = [

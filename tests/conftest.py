@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.localstack import LocalStack
-from runtime.processes import Pipeline
-from runtime.settings import Settings
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Pipeline
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from runtime.models import model_spec
+from headrace.models.registry import model_spec
 
 
 @cache

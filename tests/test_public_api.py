@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import headrace
-from schemas.errors import HeadraceError
+from headrace.schemas.errors import HeadraceError
 
 
 def test_exported_names() -> None:
@@ -49,3 +52,21 @@ def test_every_error_is_a_headrace_error_with_a_code() -> None:
         assert issubclass(error, HeadraceError)
         assert error.code in headrace.ErrorCode
     assert issubclass(headrace.InputTooLongError, ValueError)  # catchable as ValueError too
+
+
+def test_every_exported_name_loads_lazily_from_where_it_is_defined() -> None:
+    assert set(headrace.__all__) == set(headrace._WHERE) | {"__version__"}
+    for name, module in headrace._WHERE.items():
+        assert getattr(headrace, name).__module__ == module or name == "ErrorCode"
+
+
+def test_importing_one_part_loads_neither_the_client_nor_the_services() -> None:
+    """The root package loads its names on first use: a GPU script importing a backend, or
+    the dispatcher's core, does not pull in the client, Kafka or Redis with it."""
+    code = (
+        "import sys, headrace.schemas.messages, headrace.workers.batcher\n"
+        "loaded = [m for m in ('kafka', 'redis', 'celery', 'headrace.producers.client') "
+        "if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

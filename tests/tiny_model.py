@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from runtime import tiny_lm
-from runtime.models import model_spec
-from workers.backends.generation import GenerationBackend
+from headrace.models import tiny_lm
+from headrace.models.registry import model_spec
+from headrace.workers.backends.generation import GenerationBackend
 
 
 def load_test_lm() -> GenerationBackend:

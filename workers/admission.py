@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Set
 from datetime import datetime
 
-from schemas.errors import ErrorCode, ErrorInfo
-from schemas.messages import Request
+from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.messages import Request
 
 
 def admission_error(

@@ -16,8 +16,8 @@ from typing import Protocol, cast
 
 import torch
 
-from schemas.errors import ErrorCode, ErrorInfo
-from schemas.messages import (
+from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.messages import (
     Batch,
     BatchInfo,
     BatchItem,
@@ -33,11 +33,11 @@ from schemas.messages import (
     Timings,
     Usage,
 )
-from sessions.prompt import exchange, render_prompt
-from sessions.store import SessionStore
-from workers.admission import admission_error
-from workers.backends.base import Backend, EncodedItem, GenerativeBackend, ModelBackend
-from workers.ledger import ClaimState, Ledger
+from headrace.sessions.prompt import exchange, render_prompt
+from headrace.sessions.store import SessionStore
+from headrace.workers.admission import admission_error
+from headrace.workers.backends.base import Backend, EncodedItem, GenerativeBackend, ModelBackend
+from headrace.workers.ledger import ClaimState, Ledger
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ import logging
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from pydantic import ValidationError
 
-from runtime import connections
-from runtime.settings import Settings
-from schemas.messages import Control
-from schemas.topics import Topics
+from headrace.config.settings import Settings
+from headrace.schemas.messages import Control
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 class ControlReader:
     def __init__(self, settings: Settings) -> None:
         topic = Topics(settings.topic_prefix).control
-        connections.ensure_topics(settings, [topic], partitions=1)
-        self._consumer = connections.consumer(
+        kafka_clients.ensure_topics(settings, [topic], partitions=1)
+        self._consumer = kafka_clients.consumer(
             settings,
             group_id=f"{settings.topic_prefix}.control",
             # a consumer's fetches run in the background: an eager wait here cost the

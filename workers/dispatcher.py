@@ -17,25 +17,35 @@ from kafka import KafkaConsumer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from runtime import connections, metrics
-from runtime.delivery import DeliveryError, reliable_producer
-from runtime.models import known_models, model_spec
-from runtime.settings import Settings
-from schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
-from schemas.messages import Batch, BatchItem, GenerateParams, RecordRef, Request
-from schemas.topics import Topics
-from workers.admission import admission_error
-from workers.batcher import DynamicBatcher
-from workers.control import ControlReader
-from workers.error_replies import ErrorReplies
-from workers.flights import DispatcherStats, Flights, InFlight, Pending, RequestKey, ref_key
-from workers.health import BucketHealth, Health, HealthPolicy
-from workers.intake import Rejection, parse_request
-from workers.ledger import STATE_ERRORS, Ledger
-from workers.offsets import Partition
-from workers.recovery import Recovery
-from workers.request_consumer import RequestConsumer
-from workers.worker import TASK_NAME
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.health.ready import announce_ready
+from headrace.models.registry import known_models, model_spec
+from headrace.schemas.errors import ErrorCode, ErrorInfo, UnknownModelError
+from headrace.schemas.messages import Batch, BatchItem, GenerateParams, RecordRef, Request
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.delivery import DeliveryError, reliable_producer
+from headrace.workers import metrics, tasks
+from headrace.workers.admission import admission_error
+from headrace.workers.batcher import DynamicBatcher
+from headrace.workers.control import ControlReader
+from headrace.workers.error_replies import ErrorReplies
+from headrace.workers.flights import (
+    DispatcherStats,
+    Flights,
+    InFlight,
+    Pending,
+    RequestKey,
+    ref_key,
+)
+from headrace.workers.health import BucketHealth, Health, HealthPolicy
+from headrace.workers.intake import Rejection, parse_request
+from headrace.workers.ledger import STATE_ERRORS, Ledger
+from headrace.workers.offsets import Partition
+from headrace.workers.recovery import Recovery
+from headrace.workers.request_consumer import RequestConsumer
+from headrace.workers.tasks import TASK_NAME
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +69,11 @@ class Dispatcher:
         self.clock = clock
         self.topics = Topics(settings.topic_prefix)
         self.bucket_of_topic = {self.topics.requests(b): b for b in settings.buckets}
-        connections.ensure_topics(settings, [*self.bucket_of_topic, self.topics.dead_letter])
+        kafka_clients.ensure_topics(settings, [*self.bucket_of_topic, self.topics.dead_letter])
         # short: a flush that fails is tried again on the next pass, and the poll loop must
         # keep its group membership meanwhile
         self.producer = reliable_producer(settings, timeout_s=3.0)
-        self.celery = connections.celery_app(settings)
+        self.celery = tasks.celery_app(settings)
         self.ledger = Ledger(
             connections.redis_client(settings), settings.topic_prefix, settings.answered_ttl_s
         )
@@ -494,7 +504,7 @@ class Dispatcher:
     def partitions_assigned(self, partitions: list[TopicPartition]) -> None:
         if partitions and not self.announced:
             self.announced = True
-            print(f"READY dispatcher {self.dispatcher_id}", flush=True)
+            announce_ready("dispatcher", self.dispatcher_id)
 
     def consumer_replaced(self) -> None:
         self.forget_partitions(self.flights.tracker.partitions())

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 
-from runtime.delivery import ReliableProducer
-from schemas.errors import ErrorInfo
-from schemas.messages import DeadLetter, RecordRef, Reply
-from schemas.topics import Topics
-from workers.flights import RequestKey
-from workers.intake import Rejection
-from workers.ledger import STATE_ERRORS, ClaimState, Ledger
+from headrace.schemas.errors import ErrorInfo
+from headrace.schemas.messages import DeadLetter, RecordRef, Reply
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka.delivery import ReliableProducer
+from headrace.workers.flights import RequestKey
+from headrace.workers.intake import Rejection
+from headrace.workers.ledger import STATE_ERRORS, ClaimState, Ledger
 
 log = logging.getLogger(__name__)
 

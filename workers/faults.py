@@ -13,7 +13,7 @@ import logging
 import os
 import time
 
-from workers.backends.base import Backend, EncodedItem, LoadTimings
+from headrace.workers.backends.base import Backend, EncodedItem, LoadTimings
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from runtime import metrics
-from schemas.messages import BatchItem, RecordRef
-from workers.batcher import DynamicBatcher
-from workers.offsets import OffsetTracker, Partition
+from headrace.schemas.messages import BatchItem, RecordRef
+from headrace.workers import metrics
+from headrace.workers.batcher import DynamicBatcher
+from headrace.workers.offsets import OffsetTracker, Partition
 
 RefKey = tuple[str, int, int]
 RequestKey = tuple[str, str]  # (tenant, request_id)

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas.errors import ErrorCode
-from schemas.messages import Request
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import Request
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import cast
 import redis
 from kombu.exceptions import OperationalError
 
-from schemas.messages import Completion
+from headrace.schemas.messages import Completion
 
 # Redis (and the Celery broker on it) unreachable: callers retry on their next pass.
 STATE_ERRORS = (redis.RedisError, OperationalError, OSError)

@@ -11,14 +11,14 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from runtime import metrics
-from runtime.settings import Settings
-from runtime.topic_reader import records_from_start
-from schemas.errors import ErrorCode, ErrorInfo
-from schemas.messages import Reply
-from workers.error_replies import ErrorReplies
-from workers.flights import DispatcherStats, Flights, InFlight, Pending, RequestKey
-from workers.ledger import SENDING_PREFIX, Ledger
+from headrace.config.settings import Settings
+from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.messages import Reply
+from headrace.transport.kafka.scan import records_from_start
+from headrace.workers import metrics
+from headrace.workers.error_replies import ErrorReplies
+from headrace.workers.flights import DispatcherStats, Flights, InFlight, Pending, RequestKey
+from headrace.workers.ledger import SENDING_PREFIX, Ledger
 
 log = logging.getLogger(__name__)
 

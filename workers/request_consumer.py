@@ -27,12 +27,13 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from runtime import connections, kafka_fixes
-from runtime.fetch_wait import FetchWait
-from runtime.fetch_watch import FetchWatch, Remedy
-from runtime.kafka_state import partition_state
-from runtime.settings import Settings
-from workers.offsets import Partition
+from headrace.config.settings import Settings
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka import fixes as kafka_fixes
+from headrace.transport.kafka.diagnostics import partition_state
+from headrace.transport.kafka.fetch_wait import FetchWait
+from headrace.transport.kafka.fetch_watch import FetchWatch, Remedy
+from headrace.workers.offsets import Partition
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,9 @@ class RequestConsumer:
         self.consumer = self._new_consumer()
 
     def _new_consumer(self) -> KafkaConsumer:
-        consumer = connections.consumer(self.settings, group_id=self.group_id, max_poll_records=500)
+        consumer = kafka_clients.consumer(
+            self.settings, group_id=self.group_id, max_poll_records=500
+        )
         consumer.subscribe(self.topics, listener=_Rebalance(self))
         return consumer
 

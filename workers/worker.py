@@ -25,28 +25,32 @@ from celery import Task
 from celery.signals import worker_ready
 from kafka.errors import KafkaError
 
-from cache.store import open_cache
-from cache.writer import ResultWriter
-from runtime import connections
-from runtime.delivery import DeliveryError, reliable_producer
-from runtime.models import model_spec
-from runtime.settings import Settings
-from schemas.messages import Batch, Reply, StreamDelta
-from schemas.topics import Topics
-from sessions.store import SessionStore
-from workers.backends import EmbeddingBackend
-from workers.backends.base import Backend, ModelBackend
-from workers.backends.echo import EchoBackend
-from workers.backends.generation import GenerationBackend
-from workers.backends.vllm_engine import VLLMBackend
-from workers.batch_runner import BatchContext, run_batch
-from workers.faults import FaultyBackend
-from workers.ledger import Ledger
-from workers.memory_plan import plan_model
+from headrace import connections
+from headrace.cache.store import open_cache
+from headrace.cache.writer import ResultWriter
+from headrace.config.settings import Settings
+from headrace.health.ready import announce_ready
+from headrace.models.registry import model_spec
+from headrace.schemas.messages import Batch, Reply, StreamDelta
+from headrace.schemas.topics import Topics
+from headrace.sessions.store import SessionStore
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.delivery import DeliveryError, reliable_producer
+from headrace.workers import tasks
+from headrace.workers.backends import EmbeddingBackend
+from headrace.workers.backends.base import Backend, ModelBackend
+from headrace.workers.backends.echo import EchoBackend
+from headrace.workers.backends.generation import GenerationBackend
+from headrace.workers.backends.vllm_engine import VLLMBackend
+from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.faults import FaultyBackend
+from headrace.workers.ledger import Ledger
+from headrace.workers.memory_plan import plan_model
+from headrace.workers.tasks import TASK_NAME
 
 log = logging.getLogger(__name__)
 
-TASK_NAME = "headrace.run_batch"
+
 RETRY_COUNTDOWN_S = 1.0
 # Worth one retry of the whole batch: the connection, not the request, was the problem.
 # (Out-of-memory splits the batch instead; bad input is answered with its error, never retried.)
@@ -71,7 +75,7 @@ class KafkaReplySink:
 
     def send(self, topic: str, reply: Reply | StreamDelta) -> None:
         if topic not in self._known_topics:
-            connections.ensure_topics(self.settings, [topic], partitions=1)
+            kafka_clients.ensure_topics(self.settings, [topic], partitions=1)
             self._known_topics.add(topic)
         self.out.send(topic, reply.model_dump_json().encode(), key=reply.request_id.encode())
 
@@ -193,7 +197,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
             spec.version,
         ),
     )
-    app = connections.celery_app(settings)
+    app = tasks.celery_app(settings)
 
     @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
     def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
@@ -223,7 +227,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _consuming(**_: Any) -> None:
         threading.Thread(target=beat, name="heartbeat", daemon=True).start()
-        print(f"READY worker {worker_id}", flush=True)
+        announce_ready("worker", worker_id)
 
     try:
         worker = app.Worker(

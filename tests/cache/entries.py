@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cache.entry import CacheEntry, ExpiryPolicy
-from cache.keys import cache_key, entry_scopes
-from cache.store import TieredCache
-from schemas.messages import EmbeddingResult, EmbedParams
+from headrace.cache.entry import CacheEntry
+from headrace.cache.keys import cache_key, entry_scopes
+from headrace.cache.store import TieredCache
+from headrace.config.cache_policy import ExpiryPolicy
+from headrace.schemas.messages import EmbeddingResult, EmbedParams
 
 TTL = ExpiryPolicy(mode="ttl", ttl_s=600)
 TAGS = ExpiryPolicy(mode="tags")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
-from cache.store import open_cache
-from runtime.settings import Settings
+from headrace.cache.store import open_cache
+from headrace.config.settings import Settings
 
 
 def main(key: str) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cache.keys import cache_key, entry_scopes, normalise_input
-from schemas.messages import EmbedParams
+from headrace.cache.keys import cache_key, entry_scopes, normalise_input
+from headrace.schemas.messages import EmbedParams
 
 BASE = ("acme", "all-MiniLM-L6-v2", "v1", "embed", "a red bicycle", EmbedParams())
 

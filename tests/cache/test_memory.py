@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cache.entry import CacheEntry, ExpiryPolicy
-from cache.memory import ENTRY_OVERHEAD_BYTES, MemoryTier
-from schemas.messages import EmbeddingResult
+from headrace.cache.entry import CacheEntry
+from headrace.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryTier
+from headrace.config.cache_policy import ExpiryPolicy
+from headrace.schemas.messages import EmbeddingResult
 from tests.clock import FakeClock
 
 

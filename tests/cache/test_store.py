@@ -6,11 +6,11 @@ from __future__ import annotations
 import socket
 import uuid
 
-from cache.keys import cache_key, entry_scopes
-from cache.store import open_cache
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from schemas.messages import EmbedParams
+from headrace.cache.keys import cache_key, entry_scopes
+from headrace.cache.store import open_cache
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.messages import EmbedParams
 from tests.cache.entries import new_entry
 
 

@@ -15,15 +15,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from cache.entry import CacheEntry
-from cache.rules import TagRule
-from cache.store import TieredCache, open_cache
-from consumers.invalidation import Invalidator
-from runtime import connections
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from schemas.cache import Invalidation
-from schemas.topics import Topics
+from headrace.cache.entry import CacheEntry
+from headrace.cache.store import TieredCache, open_cache
+from headrace.config.settings import Settings
+from headrace.config.tag_rules import TagRule
+from headrace.consumers.invalidation import Invalidator
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.cache import Invalidation
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
 from tests.cache.entries import TAGS, new_entry
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,7 +73,7 @@ def probe(conf: Settings, key: str) -> subprocess.Popen[str]:
 
 
 def produce(conf: Settings, topic: str, value: bytes) -> None:
-    producer = connections.producer(conf)
+    producer = kafka_clients.producer(conf)
     producer.send(topic, value).get(timeout=30)
     producer.close()
 

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumers.replies import ReplyListener
-from runtime import connections
-from runtime.delivery import reliable_producer
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from schemas.errors import ErrorCode
-from schemas.messages import Reply
+from headrace.config.settings import Settings
+from headrace.consumers.replies import ReplyListener
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import Reply
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.delivery import reliable_producer
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(90)
 def topic(stack: LocalStack) -> Iterator[tuple[Settings, str]]:
     settings = Settings(topic_prefix=f"t-replies-{uuid.uuid4().hex[:8]}")
     name = f"{settings.topic_prefix}.replies"
-    connections.ensure_topics(settings, [name], partitions=1)
+    kafka_clients.ensure_topics(settings, [name], partitions=1)
     yield settings, name
 
 

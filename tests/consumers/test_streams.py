@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from consumers.streams import DeltaAssembler
-from schemas.errors import ErrorCode
-from schemas.messages import GenerationResult, Reply, StreamDelta, Usage
+from headrace.consumers.streams import DeltaAssembler
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import GenerationResult, Reply, StreamDelta, Usage
 
 
 def delta(seq: int, text: str) -> StreamDelta:

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.texts import long_tail_texts
-from producers.client import Client, Submission
-from runtime import connections
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.messages import Reply
-from schemas.topics import Topics
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.ops.processes import Pipeline
+from headrace.ops.sample_texts import long_tail_texts
+from headrace.producers.client import Client, Submission
+from headrace.schemas.messages import Reply
+from headrace.schemas.topics import Topics
+from headrace.workers.ledger import Ledger
 from tests.conftest import pipeline_env
 from tests.integration.topics import read_topic
-from workers.ledger import Ledger
 
 FAULT_REQUESTS = int(os.environ.get("HEADRACE_FAULT_REQUESTS", "2000"))
 REPORT = Path(os.environ.get("HEADRACE_STATE_DIR", ".headrace")) / "faults" / "report.jsonl"

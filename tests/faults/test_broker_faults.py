@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from runtime.localstack import LocalStack
-from runtime.processes import Pipeline
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Pipeline
 from tests.conftest import DURABLE_BROKER, unique_prefix
 from tests.faults.harness import run_with_fault
 

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers.client import Client
-from runtime import connections
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.messages import Reply, Request
-from schemas.topics import Topics
+from headrace.config.settings import Settings
+from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.schemas.messages import Reply, Request
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
 from tests.conftest import pipeline_env, unique_prefix
 from tests.integration.topics import read_topic
 
@@ -95,7 +95,7 @@ def test_fuzzed_records_get_one_reply_each(
     reply_to = Topics(conf.topic_prefix).replies(f"fuzz-{uuid.uuid4().hex[:8]}")
     with Client(conf, tenant="fuzz", reply_topic=reply_to) as client:
         built = [build(kind, payload, reply_to, dup) for kind, payload, dup in specs]
-        producer = connections.producer(conf)
+        producer = kafka_clients.producer(conf)
         topics = Topics(conf.topic_prefix)
         for i, (raw, _) in enumerate(built):
             producer.send(topics.requests(conf.buckets[i % 3]), value=raw)

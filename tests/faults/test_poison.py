@@ -15,14 +15,14 @@ import uuid
 
 import pytest
 
-from producers.client import Client
-from runtime import connections
-from runtime.localstack import LocalStack
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.errors import ErrorCode
-from schemas.messages import DeadLetter, Request
-from schemas.topics import Topics
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import DeadLetter, Request
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
 from tests.conftest import pipeline_env, unique_prefix
 from tests.faults.harness import (
     FAST_FAULTS,
@@ -82,7 +82,7 @@ def test_poison_flood(stack: LocalStack) -> None:
     texts = [f"{t} {POISON}" if i in poisoned else t for i, t in enumerate(texts)]
     with Pipeline(env=env) as pipeline, Client(settings, tenant="faults") as client:
         bad = malformed_records(400, client.reply_topic, rng)
-        producer = connections.producer(settings)
+        producer = kafka_clients.producer(settings)
         fault_at = time.monotonic()
         for raw, _ in bad[:200]:
             producer.send(topics.requests(16), value=raw)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.localstack import LocalStack
+from headrace.ops.localstack import LocalStack
 from tests.conftest import unique_prefix
 from tests.faults.harness import run_with_fault
 

@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from producers.client import Client
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.errors import InvalidRequestError
-from schemas.topics import Topics
+from headrace.config.settings import Settings
+from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.schemas.errors import InvalidRequestError
+from headrace.schemas.topics import Topics
 from tests.integration.topics import read_topic
 from tests.reference import cosines, reference_embeddings
 

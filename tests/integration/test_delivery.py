@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from producers.client import Client
-from runtime.localstack import LocalStack
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.errors import BackpressureError, ErrorCode, RequestTooLargeError
-from schemas.messages import Reply
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.schemas.errors import BackpressureError, ErrorCode, RequestTooLargeError
+from headrace.schemas.messages import Reply
 from tests.conftest import pipeline_env, unique_prefix
 
 pytestmark = pytest.mark.timeout(240)

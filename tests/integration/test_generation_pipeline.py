@@ -12,17 +12,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from producers.client import Client
-from runtime import connections, tiny_lm
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.errors import InputTooLongError, InvalidRequestError
-from schemas.messages import GenerateParams, GenerationResult
-from sessions.prompt import exchange, render_prompt
-from sessions.store import SessionStore
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.models import tiny_lm
+from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.schemas.errors import InputTooLongError, InvalidRequestError
+from headrace.schemas.messages import GenerateParams, GenerationResult
+from headrace.sessions.prompt import exchange, render_prompt
+from headrace.sessions.store import SessionStore
+from headrace.workers.backends.generation import GenerationBackend
 from tests.conftest import pipeline_env, unique_prefix
 from tests.tiny_model import load_test_lm
-from workers.backends.generation import GenerationBackend
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,21 +11,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumers.replies import stream_replies
-from producers.client import Client
-from producers.tokens import count_tokens
-from runtime import connections
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.errors import (
+from headrace.config.settings import Settings
+from headrace.consumers.replies import stream_replies
+from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.producers.tokens import count_tokens
+from headrace.schemas.errors import (
     EmptyInputError,
     ErrorCode,
     InputTooLongError,
     RequestFailedError,
     UnknownModelError,
 )
-from schemas.messages import DeadLetter, Reply, Request
-from schemas.topics import Topics
+from headrace.schemas.messages import DeadLetter, Reply, Request
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
 from tests.integration.topics import read_topic
 from tests.reference import cosines, reference_embeddings
 
@@ -165,7 +165,7 @@ def test_malformed_records_are_dead_lettered_and_the_dispatcher_goes_on(
 ) -> None:
     settings = client.settings
     topics = Topics(settings.topic_prefix)
-    producer = connections.producer(settings)
+    producer = kafka_clients.producer(settings)
     wrong_id = f"wrong-{uuid.uuid4().hex}"
     wrong_schema = {"request_id": wrong_id, "reply_to": client.reply_topic, "input": 42}
     future = client._listener.expect("", wrong_id)

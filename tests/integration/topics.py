@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kafka.consumer.fetcher import ConsumerRecord
 
-from runtime.settings import Settings
-from runtime.topic_reader import records_from_start
+from headrace.config.settings import Settings
+from headrace.transport.kafka.scan import records_from_start
 
 
 def read_topic(settings: Settings, topic: str) -> list[ConsumerRecord]:

@@ -35,7 +35,7 @@ def running_gateway(
         "HEADRACE_SQL_URL": f"sqlite:///{tmp_path}/gateway.db",
         **extra_env,
     }
-    cli = [sys.executable, "-m", "runtime.cli"]
+    cli = [sys.executable, "-m", "headrace.ops.cli"]
     keys = {
         tenant: subprocess.run(
             [*cli, "api-key", "create", "--tenant", tenant],

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime import tiny_lm
-from runtime.localstack import LocalStack
-from runtime.processes import Pipeline
+from headrace.models import tiny_lm
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Pipeline
 from tests.conftest import pipeline_env, unique_prefix
 from tests.jobs.gateway_proc import auth, running_gateway
 

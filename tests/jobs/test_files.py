@@ -7,10 +7,10 @@ from pathlib import Path
 
 import zstandard
 
-from jobs.files import Spool, deliver, read_lines
-from runtime import connections
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.jobs.files import Spool, deliver, read_lines
+from headrace.ops.localstack import LocalStack
 
 LINES = ["first", '{"json": "line"}', "ünïcode ✓", "", "last without newline"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from jobs.formats import (
+from headrace.jobs.formats import (
     Invalid,
     Work,
     failure_line,
@@ -13,8 +13,8 @@ from jobs.formats import (
     parse_line,
     success_line,
 )
-from schemas.errors import ErrorCode, ErrorInfo
-from schemas.messages import EmbeddingResult, GenerateParams, GenerationResult, Usage
+from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.messages import EmbeddingResult, GenerateParams, GenerationResult, Usage
 
 
 def openai(custom_id: str, body: dict[str, object], url: str = "/v1/embeddings") -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.processes import Pipeline
+from headrace.ops.processes import Pipeline
 from tests.jobs.gateway_proc import auth, running_gateway
 
 pytestmark = pytest.mark.timeout(300)

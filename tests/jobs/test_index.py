@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.index import CustomIds
+from headrace.jobs.index import CustomIds
 
 
 def test_custom_ids_round_trip_and_reopen(tmp_path: Path) -> None:

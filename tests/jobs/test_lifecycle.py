@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.lifecycle import FINAL, IllegalTransition, JobStatus, check_move
+from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus, check_move
 
 S = JobStatus
 

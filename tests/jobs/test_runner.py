@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from jobs.files import read_lines
-from jobs.lifecycle import JobStatus
-from jobs.runner import JobRunner, RunOptions, new_job
-from jobs.store import JobStore
-from runtime import connections
-from runtime.processes import Pipeline
-from runtime.settings import Settings
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.jobs.files import read_lines
+from headrace.jobs.lifecycle import JobStatus
+from headrace.jobs.runner import JobRunner, RunOptions, new_job
+from headrace.jobs.store import JobStore
+from headrace.ops.processes import Pipeline
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -131,7 +131,7 @@ def test_resume_after_the_runner_is_killed(
         "HEADRACE_STATE_DIR": str(settings.state_dir),
         "HEADRACE_SQL_URL": settings.sql_url,
     }
-    cli = [sys.executable, "-m", "runtime.cli", "batch"]
+    cli = [sys.executable, "-m", "headrace.ops.cli", "batch"]
     runner = subprocess.Popen([*cli, "run", job.id, "--window", "20"], env=env)
     deadline = time.monotonic() + 120
     while store.get(job.id).completed < 100:
@@ -171,7 +171,7 @@ def test_cancel_mid_run(shared_pipeline: Pipeline, shared_prefix: str, tmp_path:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "batch", "cancel", job.id],
+        [sys.executable, "-m", "headrace.ops.cli", "batch", "cancel", job.id],
         env={**os.environ, "HEADRACE_SQL_URL": settings.sql_url},
         check=True,
     )

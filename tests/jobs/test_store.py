@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.lifecycle import IllegalTransition, JobStatus
-from jobs.store import JobNotFound, JobStore
+from headrace.jobs.lifecycle import IllegalTransition, JobStatus
+from headrace.jobs.store import JobNotFound, JobStore
 
 
 def make(store: JobStore, tenant: str = "t1") -> str:

@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from producers.client import Client
-from runtime import connections
-from runtime.processes import Pipeline
-from runtime.settings import Settings
-from schemas.messages import Reply
+from headrace.config.settings import Settings
+from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.schemas.messages import Reply
+from headrace.transport.kafka import clients as kafka_clients
 from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(180)
@@ -28,7 +28,7 @@ def test_a_lost_request_is_resent_and_answered_once(
         assert answered.result is not None
         ((request, _),) = client.prepare(["lost on its way to the dispatcher"])
         lost = client.topics.requests(0)  # a topic no dispatcher reads
-        connections.ensure_topics(settings, [lost], partitions=1)
+        kafka_clients.ensure_topics(settings, [lost], partitions=1)
         submission = client.send(request, bucket=0)
         assert client.topics.requests(0) not in {
             client.topics.requests(b) for b in settings.buckets

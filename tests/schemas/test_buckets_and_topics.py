@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.buckets import DEFAULT_BUCKETS, bucket_for, validate_boundaries
-from schemas.topics import Topics
+from headrace.schemas.buckets import DEFAULT_BUCKETS, bucket_for, validate_boundaries
+from headrace.schemas.topics import Topics
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from schemas.errors import ErrorCode
-from schemas.export import export_schemas
-from schemas.messages import (
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.export import export_schemas
+from headrace.schemas.messages import (
     EmbeddingResult,
     GenerateParams,
     GenerationResult,
@@ -132,7 +132,7 @@ def test_a_reply_topic_record_is_a_reply_or_a_delta() -> None:
 
 
 def test_an_invalidation_says_what_it_invalidates() -> None:
-    from schemas.cache import Invalidation
+    from headrace.schemas.cache import Invalidation
 
     assert Invalidation(tenant="acme", tags=["doc:1"]).tags == ["doc:1"]
     assert Invalidation(model="m", model_version="v2").tenant is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.models import model_spec
+from headrace.models.registry import model_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = """

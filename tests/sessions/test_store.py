@@ -9,10 +9,10 @@ import uuid
 import pytest
 import zstandard
 
-from runtime import connections
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from sessions.store import Session, SessionConflict, SessionStore, Turn
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.sessions.store import Session, SessionConflict, SessionStore, Turn
 from tests.clock import FakeClock
 
 pytestmark = pytest.mark.timeout(60)

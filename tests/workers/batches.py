@@ -6,8 +6,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.messages import Batch, BatchItem, RecordRef, Request
-from schemas.topics import Topics
+from headrace.schemas.messages import Batch, BatchItem, RecordRef, Request
+from headrace.schemas.topics import Topics
 
 
 def make_batch(prefix: str, texts: list[str], model: str, **request_fields: Any) -> Batch:

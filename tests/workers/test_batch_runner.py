@@ -10,20 +10,20 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from runtime import connections
-from runtime.localstack import LocalStack
-from runtime.models import model_spec
-from runtime.settings import Settings
-from schemas.errors import ErrorCode
-from schemas.messages import Reply
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.models.registry import model_spec
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import Reply
+from headrace.workers.backends import EmbeddingBackend
+from headrace.workers.backends.base import EncodedItem
+from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.faults import FaultyBackend
+from headrace.workers.ledger import ClaimState, Ledger
+from headrace.workers.worker import KafkaReplySink
 from tests.integration.topics import read_topic
 from tests.workers.batches import make_batch
-from workers.backends import EmbeddingBackend
-from workers.backends.base import EncodedItem
-from workers.batch_runner import BatchContext, run_batch
-from workers.faults import FaultyBackend
-from workers.ledger import ClaimState, Ledger
-from workers.worker import KafkaReplySink
 
 MODEL = "all-MiniLM-L6-v2"
 

@@ -10,12 +10,13 @@ import uuid
 
 import pytest
 
-from consumers.streams import DeltaAssembler
-from runtime import connections, tiny_lm
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from schemas.errors import ErrorCode
-from schemas.messages import (
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.consumers.streams import DeltaAssembler
+from headrace.models import tiny_lm
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import (
     Batch,
     GenerateParams,
     GenerationResult,
@@ -23,13 +24,13 @@ from schemas.messages import (
     StreamDelta,
     parse_reply_record,
 )
+from headrace.workers.backends.generation import GenerationBackend
+from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.ledger import Ledger
+from headrace.workers.worker import KafkaReplySink
 from tests.integration.topics import read_topic
 from tests.tiny_model import load_test_lm
 from tests.workers.batches import make_batch
-from workers.backends.generation import GenerationBackend
-from workers.batch_runner import BatchContext, run_batch
-from workers.ledger import Ledger
-from workers.worker import KafkaReplySink
 
 pytestmark = pytest.mark.timeout(120)
 

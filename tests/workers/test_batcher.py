@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from headrace.workers.batcher import DynamicBatcher
 from tests.clock import FakeClock
-from workers.batcher import DynamicBatcher
 
 
 def make(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from headrace.workers.health import BucketHealth, Health, HealthPolicy
 from tests.clock import FakeClock
-from workers.health import BucketHealth, Health, HealthPolicy
 
 POLICY = HealthPolicy(
     degrade_after_s=5, error_rate=0.5, min_requests=10, window_s=30, cooldown_s=10

@@ -7,9 +7,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.errors import ErrorCode
-from schemas.messages import Request
-from workers.intake import Rejection, parse_request
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import Request
+from headrace.workers.intake import Rejection, parse_request
 
 MAX = 64 * 1024
 

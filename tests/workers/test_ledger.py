@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-from runtime import connections
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from schemas.messages import Completion, RecordRef
-from workers.ledger import ClaimState, Ledger
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.messages import Completion, RecordRef
+from headrace.workers.ledger import ClaimState, Ledger
 
 
 def make_ledger(stack: LocalStack) -> Ledger:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from workers.memory_plan import GIB, Measured, ModelShape, plan, safetensors_size
+from headrace.workers.memory_plan import GIB, Measured, ModelShape, plan, safetensors_size
 
 # Llama-2-7B's shape: 32 layers, 32 heads of 128, fp16.
 LLAMA_7B = {
@@ -161,8 +161,8 @@ def test_a_config_without_layers_is_refused() -> None:
 
 def test_the_test_model_planned_on_this_machine(tmp_path: Path) -> None:
     """The worker's --plan path: the test LM's own files, this machine's memory."""
-    from runtime import tiny_lm
-    from workers.memory_plan import plan_model
+    from headrace.models import tiny_lm
+    from headrace.workers.memory_plan import plan_model
 
     model_dir = tiny_lm.ensure(tmp_path)
     device, p = plan_model(model_dir, "cpu", buckets=[64, 512], max_batch_tokens=4096)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.offsets import OffsetTracker
+from headrace.workers.offsets import OffsetTracker
 
 P = ("topic", 0)
 

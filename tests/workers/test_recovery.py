@@ -8,18 +8,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime import connections
-from runtime.delivery import ReliableProducer
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
-from schemas.errors import ErrorCode
-from schemas.messages import BatchItem, DeadLetter, RecordRef, Reply, Request
-from schemas.topics import Topics
+from headrace import connections
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import BatchItem, DeadLetter, RecordRef, Reply, Request
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.delivery import ReliableProducer
+from headrace.workers.error_replies import ErrorReplies
+from headrace.workers.flights import DispatcherStats, Flights, InFlight, Pending, ref_key
+from headrace.workers.ledger import Ledger
+from headrace.workers.recovery import Recovery
 from tests.integration.topics import read_topic
-from workers.error_replies import ErrorReplies
-from workers.flights import DispatcherStats, Flights, InFlight, Pending, ref_key
-from workers.ledger import Ledger
-from workers.recovery import Recovery
 
 BUCKET = 16
 
@@ -29,8 +30,8 @@ class Rig:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
         self.reply_to = f"{settings.topic_prefix}.replies.test"
-        connections.ensure_topics(settings, [self.topics.dead_letter, self.reply_to])
-        self.producer = ReliableProducer(lambda: connections.producer(settings), timeout_s=10)
+        kafka_clients.ensure_topics(settings, [self.topics.dead_letter, self.reply_to])
+        self.producer = ReliableProducer(lambda: kafka_clients.producer(settings), timeout_s=10)
         self.ledger = Ledger(connections.redis_client(settings), settings.topic_prefix, 60)
         self.flights = Flights([BUCKET])
         self.errors = ErrorReplies(self.producer, self.ledger, self.topics, owner="dispatcher-t")

@@ -10,13 +10,13 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.structs import TopicPartition
 
-from runtime import connections
-from runtime.delivery import reliable_producer
-from runtime.localstack import LocalStack
-from runtime.settings import Settings
+from headrace.config.settings import Settings
+from headrace.ops.localstack import LocalStack
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.delivery import reliable_producer
+from headrace.workers.offsets import Partition
+from headrace.workers.request_consumer import RequestConsumer
 from tests.clock import FakeClock
-from workers.offsets import Partition
-from workers.request_consumer import RequestConsumer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,7 +57,7 @@ def read(requests: RequestConsumer, timeout_s: float = 30) -> list[bytes]:
 def test_fetch_wait_join_read_and_renew(stack: LocalStack, prefix: str) -> None:
     settings = Settings(topic_prefix=prefix)
     topic = f"{prefix}.requests.16"
-    connections.ensure_topics(settings, [topic], partitions=1)
+    kafka_clients.ensure_topics(settings, [topic], partitions=1)
     producer = reliable_producer(settings, timeout_s=10)
     owner, clock = Owner(), FakeClock()
     requests = RequestConsumer(settings, f"{prefix}.dispatcher", [topic], owner, clock)

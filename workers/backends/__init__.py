@@ -1,6 +1,6 @@
 """Model backends: one worker process hosts one backend, chosen by model name."""
 
-from workers.backends.base import Backend, EncodedItem, LoadTimings
-from workers.backends.embedding import EmbeddingBackend
+from headrace.workers.backends.base import Backend, EncodedItem, LoadTimings
+from headrace.workers.backends.embedding import EmbeddingBackend
 
 __all__ = ["Backend", "EmbeddingBackend", "EncodedItem", "LoadTimings"]

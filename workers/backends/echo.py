@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from workers.backends.base import EncodedItem, LoadTimings
-from workers.backends.embedding import encode_texts, load_tokenizer
+from headrace.workers.backends.base import EncodedItem, LoadTimings
+from headrace.workers.backends.embedding import encode_texts, load_tokenizer
 
 ECHO_DIM = 4
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from workers.backends.base import EncodedItem, LoadTimings, cuda_memory, place_on_device
+from headrace.workers.backends.base import EncodedItem, LoadTimings, cuda_memory, place_on_device
 
 
 def pick_device(preference: str) -> torch.device:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from workers.backends.base import (
+from headrace.workers.backends.base import (
     EncodedItem,
     FinishReason,
     FixedSampling,
@@ -27,7 +27,7 @@ from workers.backends.base import (
     cuda_memory,
     place_on_device,
 )
-from workers.backends.embedding import pick_device
+from headrace.workers.backends.embedding import pick_device
 
 OnDelta = Callable[[int, str], None]  # (row, text)
 

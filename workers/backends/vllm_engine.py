@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from workers.backends.base import (
+from headrace.workers.backends.base import (
     EncodedItem,
     FinishReason,
     FixedSampling,
@@ -30,7 +30,7 @@ from workers.backends.base import (
     LoadTimings,
     Sampling,
 )
-from workers.backends.generation import encode_prompts
+from headrace.workers.backends.generation import encode_prompts
 
 EngineFactory = Callable[[Path, dict[str, Any]], "AsyncEngine"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runtime.models import model_spec
-from workers.backends.echo import ECHO_DIM, EchoBackend
+from headrace.models.registry import model_spec
+from headrace.workers.backends.echo import ECHO_DIM, EchoBackend
 
 
 def test_echo_backend_tokenises_like_the_model_and_says_what_it_is() -> None:

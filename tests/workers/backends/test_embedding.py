@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.models import model_spec
+from headrace.models.registry import model_spec
+from headrace.workers.backends.embedding import EmbeddingBackend
 from tests.reference import cosines, reference_embeddings
-from workers.backends.embedding import EmbeddingBackend
 
 TEXTS = [
     "A cat sat on the mat.",

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime import tiny_lm
-from schemas.messages import GenerateParams
-from workers.backends.generation import GenerationBackend, sample
+from headrace.models import tiny_lm
+from headrace.schemas.messages import GenerateParams
+from headrace.workers.backends.generation import GenerationBackend, sample
 
 PROMPTS = [
     "The headrace",

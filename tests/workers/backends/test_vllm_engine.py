@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from schemas.messages import GenerateParams
-from workers.backends.base import EncodedItem
-from workers.backends.vllm_engine import VLLMBackend, sampling_kwargs
+from headrace.schemas.messages import GenerateParams
+from headrace.workers.backends.base import EncodedItem
+from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs
 
 
 class FakeTokenizer:

@@ -1,0 +1,48 @@
+"""Where a request meets the cache: its key and scopes (producer and worker compute the same
+ones from the request itself; a worker never trusts a key it is handed), and the entry a
+worker writes for its result."""
+
+from __future__ import annotations
+
+from headrace.cache.entry import CacheEntry
+from headrace.cache.keys import cache_key, entry_scopes
+from headrace.config.cache_policy import ExpiryPolicy
+from headrace.schemas.messages import EmbeddingResult, Request
+
+
+def request_key(request: Request, model_version: str) -> str:
+    return cache_key(
+        request.tenant, request.model, model_version, request.task, request.input, request.params
+    )
+
+
+def request_scopes(request: Request, model_version: str) -> list[str]:
+    tags = request.cache.tags if request.cache is not None else []
+    return entry_scopes(request.tenant, request.model, model_version, tags)
+
+
+def result_entry(
+    request: Request,
+    result: EmbeddingResult,
+    model_version: str,
+    classes: dict[str, ExpiryPolicy],
+    now: float,
+) -> CacheEntry | None:
+    """The entry to write for ``result``, or None when the request did not ask for one (no
+    directive, an unknown entry class, or generations missing for one of its scopes)."""
+    directive = request.cache
+    if directive is None:
+        return None
+    policy = classes.get(directive.entry_class)
+    scopes = request_scopes(request, model_version)
+    if policy is None or any(s not in directive.generations for s in scopes):
+        return None
+    return CacheEntry.new(
+        key=request_key(request, model_version),
+        tenant=request.tenant,
+        model=request.model,
+        result=result,
+        scopes={s: directive.generations[s] for s in scopes},
+        policy=policy,
+        now=now,
+    )

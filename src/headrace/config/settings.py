@@ -1,0 +1,220 @@
+"""One typed settings object for every headrace process.
+
+Values come, highest priority first, from keyword arguments, environment variables
+(``HEADRACE_*``; nested fields use ``__``), a TOML file named by ``HEADRACE_CONFIG``,
+and the defaults below, which point at the embedded local stack (``headrace dev up``).
+Secrets are never defaults: they come from the environment or the TOML file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from headrace.config.cache_policy import DEFAULT_CLASSES, ExpiryPolicy
+from headrace.config.tag_rules import TagRule
+from headrace.schemas.buckets import DEFAULT_BUCKETS, validate_boundaries
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HEADRACE_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    # --- connections -----------------------------------------------------------------
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    # TLS: set kafka_security_protocol to SSL or SASL_SSL and point these at PEM files.
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_password: SecretStr | None = None
+    # tansu answers a parked fetch only when its wait runs out (see README): consumers wait
+    # eagerly while a lone record's latency counts, longer while idle, longest while the model
+    # computes. With Apache Kafka, which answers as soon as a record lands, set all three to 500.
+    kafka_fetch_wait_eager_ms: int = Field(default=2, ge=0)
+    kafka_fetch_wait_idle_ms: int = Field(default=20, ge=0)
+    kafka_fetch_wait_busy_ms: int = Field(default=100, ge=0)
+    # TLS: use a rediss:// URL. The password is kept out of the URL so it never lands in logs.
+    redis_url: str = "redis://127.0.0.1:16379/0"
+    redis_password: SecretStr | None = None
+    s3_endpoint_url: str = "http://127.0.0.1:18333"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_region: str = "us-east-1"
+    sql_url: str = "sqlite:///.headrace/headrace.db"
+
+    # --- naming ----------------------------------------------------------------------
+    topic_prefix: str = "headrace"
+    request_partitions: int = Field(default=1, ge=1)
+    state_dir: Path = Path(".headrace")
+    # Local stack broker storage. "s3" survives broker restarts, but this tansu build stops
+    # serving a partition past 1,000 stored batches (measured; see README), so "memory" is
+    # the default.
+    broker_storage: Literal["memory", "s3"] = "memory"
+
+    # --- model -----------------------------------------------------------------------
+    model: str = "all-MiniLM-L6-v2"
+    # "echo": a labelled stand-in that runs no model, for benchmarks of the pipeline path
+    worker_backend: Literal["model", "echo"] = "model"
+    # generation models: "transformers" (CPU or CUDA, batched in the worker) or "vllm"
+    # (vLLM's async engine in the worker process; extra [vllm], GPU)
+    generation_backend: Literal["transformers", "vllm"] = "transformers"
+    vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    vllm_max_num_seqs: int = Field(default=256, ge=1)
+    vllm_max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    vllm_enable_prefix_caching: bool = True
+    sessions_s3_bucket: str = "headrace-sessions"  # idle conversation histories, zstd
+    session_ttl_s: float = Field(default=7 * 24 * 3600, gt=0)  # in Redis since last write
+    torch_threads: int | None = None
+    device: str = "auto"  # "auto" picks cuda when present, else cpu
+    load_weights_timeout_s: float = Field(default=300.0, gt=0)
+    build_timeout_s: float = Field(default=300.0, gt=0)
+    warm_up_timeout_s: float = Field(default=300.0, gt=0)
+
+    # --- batching (units in the names) ---------------------------------------------------
+    buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_BUCKETS))
+    max_batch_tokens: int = Field(default=4096, ge=1)  # padded tokens: rows x longest row
+    max_wait_ms: float = Field(default=20.0, ge=0)
+    max_inflight_batches_per_bucket: int = Field(default=8, ge=1)
+    lease_base_s: float = Field(default=30.0, gt=0)
+    lease_s_per_1k_tokens: float = Field(default=2.0, ge=0)
+    commit_interval_ms: float = Field(default=100.0, ge=0)
+    answered_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+
+    # --- faults and limits ----------------------------------------------------------------
+    # A request whose batch crashed or ran past its lease this many times while it was alone in
+    # the batch is dead-lettered (a crashed batch is split in halves before it is sent again,
+    # so a request that kills its worker ends up alone and its batch-mates are answered).
+    max_attempts: int = Field(default=3, ge=1)
+    # Workers beat this often; one silent for three beats is dead and its batch is sent again
+    # at once (not at the end of its lease).
+    worker_heartbeat_s: float = Field(default=2.0, gt=0)
+    # JSON size of one request, enforced by the producer and again by the dispatcher (below
+    # Kafka's default 1 MiB message limit, so an oversized record still reaches the dispatcher
+    # and gets its typed error)
+    max_request_bytes: int = Field(default=256 * 1024, ge=1024)
+    # Degradation: a bucket with no live worker for degrade_after_s, or whose model-error rate
+    # passes breaker_error_rate (over at least breaker_min_requests in breaker_window_s), answers
+    # new requests at once with `unavailable` ("error") or keeps queueing them ("queue"), and
+    # tries again after breaker_cooldown_s.
+    degrade_after_s: float = Field(default=5.0, gt=0)
+    degraded_fallback: Literal["error", "queue"] = "error"
+    breaker_error_rate: float = Field(default=0.5, gt=0, le=1)
+    breaker_min_requests: int = Field(default=20, ge=1)
+    breaker_window_s: float = Field(default=30.0, gt=0)
+    breaker_cooldown_s: float = Field(default=10.0, gt=0)
+    # The client's bound on unanswered requests: past it, submit blocks up to
+    # client_block_timeout_s ("block") or raises BackpressureError at once ("raise").
+    client_max_pending: int = Field(default=10_000, ge=1)
+    client_on_full: Literal["block", "raise"] = "block"
+    client_block_timeout_s: float = Field(default=30.0, ge=0)
+    # A request unanswered this long is produced again (same request_id: the pipeline answers
+    # it once), up to client_max_resends times: a broker that lost an acknowledged request
+    # record (seen with tansu) costs a delay, not the request. None turns it off.
+    client_resend_after_s: float | None = Field(default=60.0, gt=0)
+    client_max_resends: int = Field(default=3, ge=0)
+    # How long a worker waits for its replies to be acknowledged by the broker (it keeps its
+    # claims meanwhile, so a broker restart delays replies instead of duplicating them).
+    reply_delivery_timeout_s: float = Field(default=120.0, gt=0)
+
+    # --- result cache ------------------------------------------------------------------------
+    # Clients read the cache (L1 here, L2 Redis, L3 S3) before sending a request, and their
+    # requests ask workers to write results through. Off by default: a hit never reaches the
+    # request topics, which a user counting replies there should choose knowingly.
+    cache_enabled: bool = False
+    cache_l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)  # per process; 0: no L1
+    cache_s3_bucket: str = "headrace-cache"  # L3; "" turns L3 off
+    cache_timeout_s: float = Field(default=0.5, gt=0)  # a tier slower than this is skipped
+    # Expiry per entry class (a request names its class; "default" otherwise).
+    cache_classes: dict[str, ExpiryPolicy] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
+    # Events on upstream topics that invalidate tags (read by `headrace invalidator`).
+    cache_tag_rules: list[TagRule] = Field(default_factory=list)
+
+    # --- fault injection (tests and drills only; never set in production) --------------------
+    # An input containing fault_poison_marker makes the model raise; one containing
+    # fault_crash_marker kills the worker process (os._exit) mid-batch; a batch holding one
+    # containing fault_slow_marker takes fault_slow_s longer.
+    fault_poison_marker: str | None = None
+    fault_crash_marker: str | None = None
+    fault_slow_marker: str | None = None
+    fault_slow_s: float = Field(default=3.0, ge=0)
+
+    @field_validator("buckets")
+    @classmethod
+    def _check_buckets(cls, value: list[int]) -> list[int]:
+        return validate_boundaries(value)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_path = os.environ.get("HEADRACE_CONFIG")
+        if config_path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_path)))
+        sources.append(file_secret_settings)
+        return tuple(sources)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        return cls(**overrides)
+
+    # --- derived ---------------------------------------------------------------------
+    def vllm_engine_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "gpu_memory_utilization": self.vllm_gpu_memory_utilization,
+            "max_num_seqs": self.vllm_max_num_seqs,
+            "enable_prefix_caching": self.vllm_enable_prefix_caching,
+        }
+        if self.vllm_max_num_batched_tokens is not None:
+            args["max_num_batched_tokens"] = self.vllm_max_num_batched_tokens
+        return args
+
+    def kafka_options(self) -> dict[str, Any]:
+        """Connection options shared by every kafka-python client."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.kafka_bootstrap.split(","),
+            "security_protocol": self.kafka_security_protocol,
+            # the default backoff grows to 30 s; a restarted broker should be found in ~1 s
+            "reconnect_backoff_max_ms": 1000,
+        }
+        if self.kafka_sasl_mechanism:
+            options["sasl_mechanism"] = self.kafka_sasl_mechanism
+            options["sasl_plain_username"] = self.kafka_sasl_username
+            if self.kafka_sasl_password is not None:
+                options["sasl_plain_password"] = self.kafka_sasl_password.get_secret_value()
+        for name in ("cafile", "certfile", "keyfile"):
+            path = getattr(self, f"kafka_ssl_{name}")
+            if path is not None:
+                options[f"ssl_{name}"] = str(path)
+        if self.kafka_ssl_password is not None:
+            options["ssl_password"] = self.kafka_ssl_password.get_secret_value()
+        return options
+
+    def redis_password_value(self) -> str | None:
+        return self.redis_password.get_secret_value() if self.redis_password else None
+
+    def port_of(self, url: str) -> int:
+        parsed = urlparse(url if "://" in url else f"tcp://{url}")
+        if parsed.port is None:
+            raise ValueError(f"no port in {url!r}")
+        return parsed.port

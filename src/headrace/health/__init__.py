@@ -1,0 +1,1 @@
+"""Health of a long-running process: the readiness handshake (``ready``)."""

@@ -1,0 +1,214 @@
+"""``headrace batch ...``: bulk jobs from the command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from headrace.config.settings import Settings
+from headrace.jobs.formats import InputFormat
+from headrace.jobs.lifecycle import FINAL, JobStatus
+from headrace.jobs.runner import JobRunner, RunOptions, new_job, start_detached
+from headrace.jobs.store import Counts, Job, JobNotFound, JobStore
+
+batch = typer.Typer(help="Bulk jobs: a file of requests in, a file of results out.")
+console = Console()
+
+Tenant = Annotated[str, typer.Option(help="the tenant the job belongs to")]
+
+
+def _store(settings: Settings) -> JobStore:
+    return JobStore(settings.sql_url)
+
+
+def _job_dict(job: Job) -> dict[str, object]:
+    return {
+        "id": job.id,
+        "status": job.status,
+        "endpoint": job.endpoint,
+        "input": job.input_location,
+        "output": job.output_location or str(Path(job.spool_dir) / "output.jsonl"),
+        "errors": job.error_location or str(Path(job.spool_dir) / "errors.jsonl"),
+        "request_counts": {"total": job.total, "completed": job.completed, "failed": job.failed},
+        "created_at": job.created_at.isoformat(),
+        "errors_list": job.errors,
+    }
+
+
+def _run(settings: Settings, store: JobStore, job_id: str, wait: bool, truncate: bool) -> None:
+    if not wait:  # a detached runner carries it out; `status` follows it
+        start_detached(settings, job_id, truncate)
+        console.print(f"{job_id} started in the background; `headrace batch status {job_id}`")
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}/s"),
+        TextColumn("[red]{task.fields[failed]} failed"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
+        task: TaskID = progress.add_task(job_id, total=None, rate="-", failed=0)
+
+        def show(job: Job, counts: Counts) -> None:
+            done = counts.completed + counts.failed
+            speed = progress.tasks[0].speed
+            progress.update(
+                task,
+                total=counts.total,
+                completed=done,
+                failed=counts.failed,
+                rate=f"{speed:.0f}" if speed else "-",
+            )
+
+        runner = JobRunner(store, job_id, settings, RunOptions(truncate=truncate), on_progress=show)
+        job = runner.run()
+    _print_job(job)
+
+
+def _print_job(job: Job) -> None:
+    colour = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(job.status, "cyan")
+    console.print(
+        f"{job.id}: [{colour}]{job.status}[/{colour}] "
+        f"total {job.total}, completed {job.completed}, failed {job.failed}"
+    )
+
+
+@batch.command("create")
+def create(
+    input_location: Annotated[str, typer.Argument(help="local path or s3:// URL (.zst ok)")],
+    input_format: Annotated[str, typer.Option("--format", help="openai or plain")] = "openai",
+    output: Annotated[str | None, typer.Option(help="where results go (path or s3://)")] = None,
+    errors: Annotated[str | None, typer.Option(help="where errors go (path or s3://)")] = None,
+    model: Annotated[str | None, typer.Option(help="default model for plain lines")] = None,
+    tenant: Tenant = "default",
+    wait: Annotated[bool, typer.Option(help="run here with a progress bar")] = False,
+    truncate: Annotated[bool, typer.Option(help="cut over-long inputs")] = False,
+) -> None:
+    """Create a bulk job from FILE and start it."""
+    if input_format not in ("openai", "plain"):
+        raise typer.BadParameter("--format is openai or plain")
+    fmt: InputFormat = "plain" if input_format == "plain" else "openai"
+    settings = Settings()
+    if not input_location.startswith("s3://") and not Path(input_location).exists():
+        raise typer.BadParameter(f"{input_location}: no such file")
+    store = _store(settings)
+    if not input_location.startswith("s3://"):
+        input_location = str(Path(input_location).resolve())
+    job = new_job(
+        store,
+        settings,
+        input_location,
+        tenant=tenant,
+        model=model,
+        input_format=fmt,
+        output_location=output,
+        error_location=errors,
+    )
+    console.print(f"created {job.id}")
+    _run(settings, store, job.id, wait, truncate)
+
+
+@batch.command("run", hidden=True)
+def run(job_id: str, truncate: bool = False, window: int = RunOptions.window) -> None:
+    """Carry out a job in this process (what `create` and `resume` start in the background)."""
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    settings = Settings()
+    options = RunOptions(truncate=truncate, window=window)
+    JobRunner(_store(settings), job_id, settings, options).run()
+
+
+@batch.command("resume")
+def resume(
+    job_id: str,
+    wait: Annotated[bool, typer.Option(help="run here with a progress bar")] = False,
+    truncate: bool = False,
+) -> None:
+    """Carry on with a job whose runner stopped: lines already answered are skipped."""
+    settings = Settings()
+    store = _store(settings)
+    job = _get(store, job_id)
+    if job.state in FINAL:
+        _print_job(job)
+        return
+    _run(settings, store, job_id, wait, truncate)
+
+
+@batch.command("status")
+def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """A job's status and request counts."""
+    job = _get(_store(Settings()), job_id)
+    if as_json:
+        print(json.dumps(_job_dict(job)))
+        return
+    _print_job(job)
+    for error in job.errors:
+        console.print(f"  [red]{error['code']}[/red]: {error['message']}")
+
+
+@batch.command("list")
+def list_jobs(limit: int = 20, tenant: str | None = None) -> None:
+    """The newest jobs."""
+    table = Table("id", "status", "total", "completed", "failed", "created")
+    for job in _store(Settings()).list(tenant=tenant, limit=limit):
+        table.add_row(
+            job.id,
+            job.status,
+            str(job.total),
+            str(job.completed),
+            str(job.failed),
+            job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    console.print(table)
+
+
+@batch.command("cancel")
+def cancel(job_id: str) -> None:
+    """Stop submitting; the requests already sent are cancelled and the job ends cancelled."""
+    store = _store(Settings())
+    job = _get(store, job_id)
+    if job.state in FINAL:
+        _print_job(job)
+        return
+    store.move(job_id, JobStatus.cancelling)
+    console.print(f"{job_id}: cancelling")
+
+
+@batch.command("results")
+def results(
+    job_id: str,
+    out: Annotated[Path, typer.Option("-o", "--output", help="file to write")],
+    errors: Annotated[bool, typer.Option("--errors", help="the error file instead")] = False,
+) -> None:
+    """Copy a job's output (or error) lines to a file; works while it runs, too."""
+    job = _get(_store(Settings()), job_id)
+    spool = Path(job.spool_dir) / ("errors.jsonl" if errors else "output.jsonl")
+    if not spool.exists():
+        raise typer.BadParameter(f"{job_id} has no {'errors' if errors else 'output'} yet")
+    shutil.copyfile(spool, out)
+    console.print(f"wrote {out}")
+
+
+def _get(store: JobStore, job_id: str) -> Job:
+    try:
+        return store.get(job_id)
+    except JobNotFound:
+        console.print(f"[red]no job {job_id}[/red]")
+        raise typer.Exit(2) from None

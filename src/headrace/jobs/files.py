@@ -1,0 +1,142 @@
+"""Where bulk files live: local paths or ``s3://bucket/key`` URLs (SeaweedFS locally), plain
+or zstd-compressed (``.zst``). Inputs are read as a stream of lines, so memory stays flat
+however long the file. Results are appended to spool files in the job's folder (flushed and
+fsynced at each checkpoint: a killed run loses nothing it checkpointed) and delivered to
+their destination when the job finalizes."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import zstandard
+
+from headrace import connections
+from headrace.config.settings import Settings
+
+
+def is_s3(location: str) -> bool:
+    return location.startswith("s3://")
+
+
+def _split(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.netloc, parts.path.lstrip("/")
+
+
+class _BodyReader(io.RawIOBase):
+    """An S3 response body as a raw binary stream (for TextIOWrapper and zstd)."""
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._body.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._body.close()
+        super().close()
+
+
+def _open_binary(location: str, settings: Settings) -> IO[bytes]:
+    if is_s3(location):
+        bucket, key = _split(location)
+        body = connections.s3_client(settings, read_timeout_s=60).get_object(
+            Bucket=bucket, Key=key
+        )["Body"]
+        return io.BufferedReader(_BodyReader(body), buffer_size=1 << 20)
+    return open(location, "rb")
+
+
+def read_lines(location: str, settings: Settings) -> Iterator[str]:
+    """Each line of the file without its newline (a last line without one included)."""
+    raw = _open_binary(location, settings)
+    stream: IO[bytes] = raw
+    if location.endswith(".zst"):
+        stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    with io.TextIOWrapper(stream, encoding="utf-8", newline="\n") as text:
+        for line in text:
+            yield line.rstrip("\n").rstrip("\r")
+
+
+class Spool:
+    """An append-only JSONL file. A run killed mid-write leaves a partial last line; opening
+    the spool again cuts it off, so every line in it is whole."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _cut_partial_line(path)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def append(self, line: str) -> None:
+        self._file.write(line + "\n")
+
+    def checkpoint(self) -> None:
+        """Everything appended so far is on disk when this returns."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def lines(self) -> Iterator[str]:
+        self._file.flush()
+        with open(self.path, encoding="utf-8") as f:
+            for line in f:
+                yield line.rstrip("\n")
+
+    def close(self) -> None:
+        self.checkpoint()
+        self._file.close()
+
+
+def _cut_partial_line(path: Path) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        size = f.seek(0, os.SEEK_END)
+        step = min(size, 1 << 16)
+        while True:  # find the last newline from the end
+            f.seek(size - step)
+            chunk = f.read(step)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                f.truncate(size - step + cut + 1)
+                return
+            if step == size:
+                f.truncate(0)
+                return
+            step = min(size, step * 2)
+
+
+def deliver(spool: Path, location: str, settings: Settings) -> None:
+    """Copy a finished spool to ``location`` (zstd-compressed if it ends in ``.zst``)."""
+    if not is_s3(location) and Path(location).resolve() == spool.resolve():
+        return
+    if is_s3(location):
+        bucket, key = _split(location)
+        s3 = connections.s3_client(settings, read_timeout_s=60)
+        with open(spool, "rb") as src:
+            body: IO[bytes] = src
+            if location.endswith(".zst"):
+                body = zstandard.ZstdCompressor().stream_reader(src)
+            s3.upload_fileobj(body, bucket, key)
+        return
+    target = Path(location)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(spool, "rb") as src, open(target, "wb") as dst:
+        if location.endswith(".zst"):
+            zstandard.ZstdCompressor().copy_stream(src, dst)
+        else:
+            shutil.copyfileobj(src, dst)

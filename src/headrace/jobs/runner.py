@@ -1,0 +1,428 @@
+"""Run one bulk job through the pipeline: validate, submit, collect, finalize.
+
+- **validating**: the input is streamed once; invalid lines go to the error spool with their
+  line number and reason; each valid line's custom_id goes to an on-disk index.
+- **in_progress**: a submitter thread streams the input again and produces one request per
+  valid line (request id ``<job>-<line>``, reply topic of its own) while at most ``window``
+  are unanswered; the collector reads the job's reply topic and appends an output or error
+  line per reply. Every ``checkpoint_s`` the spools are fsynced, then the reply offset and
+  counts are written to the job store, in that order: a killed run resumes from there, reads
+  the line numbers already answered back from its spools and skips them.
+- **finalizing**: the spools are delivered to the output and error locations.
+- **cancelling**: no more requests are submitted; the unanswered ones are cancelled through
+  the control topic and their replies awaited (up to ``cancel_wait_s``), then cancelled.
+
+Memory stays flat: lines are streamed, the answered set is a bitmap (``jobs/progress.py``),
+custom_ids are read from the on-disk index, and only ``window`` requests are in the air.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from kafka.structs import TopicPartition
+
+from headrace.config.settings import Settings
+from headrace.jobs.files import Spool, deliver, read_lines
+from headrace.jobs.formats import (
+    InputFormat,
+    Invalid,
+    Work,
+    failure_line,
+    invalid_line,
+    parse_line,
+    success_line,
+)
+from headrace.jobs.index import CustomIds
+from headrace.jobs.lifecycle import FINAL, JobStatus
+from headrace.jobs.progress import Progress
+from headrace.jobs.single import job_object, notify
+from headrace.jobs.store import Counts, Job, JobStore
+from headrace.producers.client import Client
+from headrace.schemas.errors import ErrorInfo, InvalidRequestError
+from headrace.schemas.messages import GenerateParams, Reply, Request
+from headrace.schemas.openai_batch import EMBEDDINGS_URL
+from headrace.schemas.topics import Topics
+from headrace.transport.kafka import clients as kafka_clients
+
+log = logging.getLogger(__name__)
+
+PREPARE_CHUNK = 256
+
+
+@dataclass
+class RunOptions:
+    window: int = 5000  # requests in the air at most
+    checkpoint_s: float = 1.0
+    cancel_wait_s: float = 30.0
+    truncate: bool = False  # cut over-long inputs instead of failing their lines
+
+
+def reply_topic(settings_prefix: str, job_id: str) -> str:
+    return Topics(settings_prefix).replies(f"job-{job_id}")
+
+
+def request_id(job_id: str, line: int) -> str:
+    return f"{job_id}-{line}"
+
+
+class JobRunner:
+    def __init__(
+        self,
+        store: JobStore,
+        job_id: str,
+        settings: Settings | None = None,
+        options: RunOptions | None = None,
+        on_progress: Callable[[Job, Counts], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.settings = settings or Settings()
+        self.options = options or RunOptions()
+        self.on_progress = on_progress
+        job = store.get(job_id)
+        self.spool_dir = Path(job.spool_dir)
+        self.topic = reply_topic(self.settings.topic_prefix, job_id)
+
+    # --- the whole run ---------------------------------------------------------------------
+    def run(self) -> Job:
+        job = self.store.get(self.job_id)
+        try:
+            if job.state is JobStatus.validating:
+                job = self._validate(job)
+            if job.state in (JobStatus.in_progress, JobStatus.cancelling):
+                job = self._process(job)
+            if job.state is JobStatus.finalizing:
+                job = self._finalize(job)
+        except Exception as exc:
+            log.exception("job %s failed", self.job_id)
+            current = self.store.get(self.job_id)
+            if current.state not in FINAL:
+                job = self.store.move(self.job_id, JobStatus.failed, f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self._maybe_notify()
+        return job
+
+    def _maybe_notify(self) -> None:
+        """A single job with a webhook: POST its final view once it ended."""
+        job = self.store.get(self.job_id)
+        url = job.metadata_.get("webhook_url")
+        if url and job.state in FINAL:
+            notify(url, job_object(job))
+
+    # --- validating -----------------------------------------------------------------------
+    def _validate(self, job: Job) -> Job:
+        errors_path = self.spool_dir / "errors.jsonl"
+        errors_path.unlink(missing_ok=True)  # a validation cut short starts over
+        errors = Spool(errors_path)
+        ids = CustomIds(self.spool_dir, create=True)
+        total = invalid = 0
+        try:
+            for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
+                total = n
+                parsed = parse_line(raw, n, _fmt(job), job.endpoint)
+                if isinstance(parsed, Invalid):
+                    invalid += 1
+                    errors.append(invalid_line(job.id, parsed))
+                    ids.add(n, parsed.custom_id or "")
+                else:
+                    ids.add(n, parsed.custom_id)
+        finally:
+            ids.close()
+            errors.close()
+        self.store.set_fields(job.id, total=total, failed=invalid, completed=0)
+        if total == 0:
+            return self.store.move(job.id, JobStatus.failed, "the input file has no lines")
+        if self.store.get(job.id).state is JobStatus.cancelling:
+            return self.store.get(job.id)
+        return self.store.move(job.id, JobStatus.in_progress)
+
+    # --- in_progress ----------------------------------------------------------------------
+    def _process(self, job: Job) -> Job:
+        outputs = Spool(self.spool_dir / "output.jsonl")
+        errors = Spool(self.spool_dir / "errors.jsonl")
+        ids = CustomIds(self.spool_dir)
+        state = Progress(job.total)
+        for spool, failed in ((outputs, False), (errors, True)):
+            for text in spool.lines():
+                state.mark_from_output(text, failed)
+        client = Client(self.settings, tenant=job.tenant, reply_topic=self.topic, listen=False)
+        stop = threading.Event()
+        submitter = threading.Thread(
+            target=self._submit_all,
+            args=(job, client, state, errors, stop),
+            name=f"submit-{job.id}",
+            daemon=True,
+        )
+        consumer = kafka_clients.consumer(self.settings, group_id=None)
+        tp = TopicPartition(self.topic, 0)
+        consumer.assign([tp])
+        offset = job.reply_offset
+        consumer.seek(tp, offset)
+        submitter.start()
+        cancel_started: float | None = None
+        last_checkpoint = time.monotonic()
+        try:
+            while not state.done():
+                for records in consumer.poll(timeout_ms=200).values():
+                    for record in records:
+                        offset = record.offset + 1
+                        self._collect(job, record.value, state, outputs, errors, ids)
+                now = time.monotonic()
+                if now - last_checkpoint < self.options.checkpoint_s:
+                    continue
+                last_checkpoint = now
+                if state.submit_error is not None:
+                    raise state.submit_error
+                self._checkpoint(job, state, outputs, errors, offset)
+                current = self.store.get(job.id)
+                if current.state is JobStatus.cancelling:
+                    if cancel_started is None:
+                        cancel_started = now
+                        stop.set()
+                        submitter.join()
+                        for n in state.unanswered_submitted():
+                            client.cancel(request_id(job.id, n), tenant=job.tenant)
+                    if not state.unanswered_submitted() or (
+                        now - cancel_started > self.options.cancel_wait_s
+                    ):
+                        break
+                if job.expires_at is not None and datetime.now(UTC) > job.expires_at:
+                    stop.set()
+                    self._checkpoint(job, state, outputs, errors, offset)
+                    return self.store.move(job.id, JobStatus.expired)
+            self._checkpoint(job, state, outputs, errors, offset)
+        finally:
+            stop.set()
+            submitter.join(timeout=5)
+            consumer.close()
+            client.close()
+            outputs.close()
+            errors.close()
+            ids.close()
+        if self.store.get(job.id).state is JobStatus.cancelling:
+            return self.store.move(job.id, JobStatus.cancelled)
+        return self.store.move(job.id, JobStatus.finalizing)
+
+    def _submit_all(
+        self, job: Job, client: Client, state: Progress, errors: Spool, stop: threading.Event
+    ) -> None:
+        started = time.monotonic()
+        try:
+            chunk: list[Work] = []
+            for work in self._pending_work(job, state):
+                chunk.append(work)
+                if len(chunk) == PREPARE_CHUNK:
+                    self._submit_chunk(job, client, chunk, state, errors, stop)
+                    chunk = []
+                if stop.is_set():
+                    return
+            self._submit_chunk(job, client, chunk, state, errors, stop)
+            state.all_submitted()
+            took = time.monotonic() - started
+            log.info(
+                "job %s: submitted %d requests in %.2f s (%.0f/s)",
+                job.id,
+                state.submitted_count,
+                took,
+                state.submitted_count / max(took, 1e-9),
+            )
+        except Exception as exc:  # the collector raises it at its next checkpoint
+            log.exception("submitting job %s failed", job.id)
+            state.submit_error = exc
+
+    def _pending_work(self, job: Job, state: Progress) -> Iterator[Work]:
+        for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
+            if state.is_answered(n):
+                continue
+            parsed = parse_line(raw, n, _fmt(job), job.endpoint)
+            if isinstance(parsed, Work):
+                yield parsed
+
+    def _submit_chunk(
+        self,
+        job: Job,
+        client: Client,
+        chunk: list[Work],
+        state: Progress,
+        errors: Spool,
+        stop: threading.Event,
+    ) -> None:
+        if not chunk:
+            return
+        prepared: list[tuple[Work, Request, int]] = []
+        groups: dict[tuple[str, GenerateParams | None], list[Work]] = {}
+        for work in chunk:  # a prepare call takes one model and one set of parameters
+            groups.setdefault((work.model or job.model, work.generation), []).append(work)
+        for (model, generation), works in groups.items():
+            try:  # the whole chunk at once (the tokenizer is much faster on a batch) ...
+                ready = client.prepare(
+                    [w.text for w in works],
+                    model=model,
+                    request_ids=[request_id(job.id, w.line) for w in works],
+                    truncate=self.options.truncate,
+                    generation=generation,
+                )
+                prepared += [(w, r, b) for w, (r, b) in zip(works, ready, strict=True)]
+                continue
+            except InvalidRequestError:
+                pass
+            for work in works:  # ... else one by one: a bad text fails its own line only
+                try:
+                    [(request, bucket)] = client.prepare(
+                        [work.text],
+                        model=model,
+                        request_ids=[request_id(job.id, work.line)],
+                        truncate=self.options.truncate,
+                        generation=generation,
+                    )
+                except InvalidRequestError as exc:
+                    error = ErrorInfo(code=exc.code, message=str(exc))
+                    rid = request_id(job.id, work.line)
+                    out = failure_line(job.id, work.line, work.custom_id, rid, error)
+                    state.answer(work.line, out, errors, failed=True)
+                    continue
+                prepared.append((work, request, bucket))
+        for work, request, bucket in prepared:
+            if not state.has_room(self.options.window):
+                client.flush()  # what waits for room must be on the broker, not in a buffer
+                if not state.wait_for_room(self.options.window, stop):
+                    return
+            client.send_nowait(request, bucket)
+            state.submitted(work.line)
+        client.flush()
+
+    def _collect(
+        self,
+        job: Job,
+        value: bytes | None,
+        state: Progress,
+        outputs: Spool,
+        errors: Spool,
+        ids: CustomIds,
+    ) -> None:
+        try:
+            reply = Reply.model_validate_json(value or b"")
+        except ValueError:
+            log.warning("job %s: an unreadable record on its reply topic; skipped", job.id)
+            return
+        prefix, _, tail = reply.request_id.rpartition("-")
+        if prefix != job.id or not tail.isdigit():
+            return
+        line = int(tail)
+        if state.is_answered(line) or not 1 <= line <= job.total:
+            return  # a duplicate, or a reply the spools already hold
+        custom_id = ids.get(line)
+        if reply.result is not None:
+            out = success_line(
+                job.id, line, custom_id, reply.request_id, reply.model, reply.result, job.endpoint
+            )
+            state.answer(
+                line,
+                out,
+                outputs,
+                failed=False,
+            )
+        else:
+            assert reply.error is not None
+            state.answer(
+                line,
+                failure_line(job.id, line, custom_id, reply.request_id, reply.error),
+                errors,
+                failed=True,
+            )
+
+    def _checkpoint(
+        self, job: Job, state: Progress, outputs: Spool, errors: Spool, offset: int
+    ) -> None:
+        with state.lock:
+            outputs.checkpoint()
+            errors.checkpoint()
+            counts = state.counts()
+        self.store.set_fields(
+            job.id,
+            completed=counts.completed,
+            failed=counts.failed,
+            reply_offset=offset,
+        )
+        if self.on_progress is not None:
+            self.on_progress(job, counts)
+
+    # --- finalizing -----------------------------------------------------------------------
+    def _finalize(self, job: Job) -> Job:
+        """Deliver the spools where the job asked, and register both as files of the job's
+        tenant (``output_file_id``, ``error_file_id``: what the gateway serves)."""
+        file_ids = {}
+        for name, location, field in (
+            ("output.jsonl", job.output_location, "output_file_id"),
+            ("errors.jsonl", job.error_location, "error_file_id"),
+        ):
+            spool = self.spool_dir / name
+            if location:
+                deliver(spool, location, self.settings)
+            if spool.exists():
+                record = self.store.add_file(job.tenant, "batch_output", name, str(spool))
+                file_ids[field] = record.id
+        if file_ids:
+            self.store.set_fields(job.id, **file_ids)
+        return self.store.move(job.id, JobStatus.completed)
+
+
+def _fmt(job: Job) -> InputFormat:
+    return "plain" if job.input_format == "plain" else "openai"
+
+
+def new_job(
+    store: JobStore,
+    settings: Settings,
+    input_location: str,
+    *,
+    tenant: str = "default",
+    model: str | None = None,
+    input_format: InputFormat = "openai",
+    output_location: str | None = None,
+    error_location: str | None = None,
+    completion_window_s: float | None = 24 * 3600,
+    metadata: dict[str, str] | None = None,
+    endpoint: str = EMBEDDINGS_URL,
+) -> Job:
+    """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out.
+    Its spools live in ``<state_dir>/jobs/<id>``."""
+    from headrace.jobs.store import new_job_id
+
+    job_id = new_job_id()
+    now = datetime.now(UTC)
+    return store.create(
+        id=job_id,
+        tenant=tenant,
+        endpoint=endpoint,
+        model=model or settings.model,
+        input_location=input_location,
+        input_format=input_format,
+        output_location=output_location,
+        error_location=error_location,
+        spool_dir=str((settings.state_dir / "jobs" / job_id).resolve()),
+        expires_at=now + timedelta(seconds=completion_window_s) if completion_window_s else None,
+        metadata=metadata or {},
+    )
+
+
+def start_detached(settings: Settings, job_id: str, truncate: bool = False) -> None:
+    """Run a job in a process of its own (``headrace batch run``), which outlives its
+    starter; its log is ``runner.log`` in the job's folder."""
+    log_dir = settings.state_dir / "jobs" / job_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "headrace.ops.cli", "batch", "run", job_id]
+    if truncate:
+        argv.append("--truncate")
+    with open(log_dir / "runner.log", "ab") as log_file:
+        subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

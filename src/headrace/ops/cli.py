@@ -1,0 +1,296 @@
+"""The ``headrace`` command line."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from headrace.config.settings import Settings
+from headrace.jobs.cli import batch
+
+app = typer.Typer(help="headrace: a length-bucketed inference pipeline.", no_args_is_help=True)
+dev = typer.Typer(help="The embedded local stack (S3, Kafka-protocol broker, Redis).")
+schema = typer.Typer(help="Wire contracts.")
+cache = typer.Typer(help="The tiered result cache.")
+app.add_typer(dev, name="dev")
+app.add_typer(schema, name="schema")
+app.add_typer(cache, name="cache")
+app.add_typer(batch, name="batch")
+api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
+app.add_typer(api_key, name="api-key")
+console = Console()
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a wedged service waits on
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def _stop_on_signal() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, for a long-running command's loop."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
+def _buckets(value: str | None, settings: Settings) -> list[int]:
+    if not value or value == "all":
+        return list(settings.buckets)
+    return [int(v) for v in value.split(",") if v.strip()]
+
+
+@dev.command("up")
+def dev_up() -> None:
+    """Start SeaweedFS, tansu (stored in S3) and Redis under the state directory."""
+    from headrace.ops.localstack import LocalStack
+
+    services = LocalStack(Settings()).up()
+    _print_services(services)
+
+
+@dev.command("down")
+def dev_down() -> None:
+    """Stop exactly the processes `dev up` started."""
+    from headrace.ops.localstack import LocalStack
+
+    stopped = LocalStack(Settings()).down()
+    console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+
+
+@dev.command("status")
+def dev_status() -> None:
+    """What runs where."""
+    from headrace.ops.localstack import LocalStack
+
+    _print_services(LocalStack(Settings()).status())
+
+
+def _print_services(services: list) -> None:  # type: ignore[type-arg]
+    table = Table("service", "pid", "state", "address", "log")
+    for s in services:
+        table.add_row(s.name, str(s.pid), "up" if s.alive() else "DOWN", s.address, s.log)
+    if not services:
+        console.print("local stack: not started (headrace dev up)")
+    else:
+        console.print(table)
+
+
+@app.command()
+def dispatcher(log_level: str = "INFO") -> None:
+    """Run the dispatcher: bucket topics -> batches -> Celery queues."""
+    from headrace.workers.dispatcher import Dispatcher
+
+    _logging(log_level)
+    service = Dispatcher(Settings())
+    # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
+    signal.signal(signal.SIGUSR2, lambda *_: service.report_requested.set())
+    service.run(_stop_on_signal())
+
+
+@app.command()
+def worker(
+    buckets: str = typer.Option("all", help="comma-separated bucket bounds, or 'all'"),
+    log_level: str = "INFO",
+    plan: bool = typer.Option(False, "--plan", help="print the memory plan and exit"),
+    max_new_tokens: int = typer.Option(256, help="with --plan: tokens a sequence generates"),
+) -> None:
+    """Run a Celery worker for the chosen bucket queues (model loaded and warmed up first)."""
+    from headrace.workers.worker import WarmUpFailed, serve
+
+    _logging(log_level)
+    settings = Settings()
+    if plan:
+        _print_plan(settings, _buckets(buckets, settings), max_new_tokens)
+        return
+    try:
+        serve(settings, _buckets(buckets, settings), loglevel=log_level)
+    except WarmUpFailed as exc:
+        console.print(f"[red]worker not ready:[/red] {exc}")
+        raise typer.Exit(3) from exc
+
+
+def _print_plan(settings: Settings, buckets: list[int], max_new_tokens: int) -> None:
+    from headrace.models.registry import model_spec
+    from headrace.workers.memory_plan import GIB, plan_model
+
+    spec = model_spec(settings.model)
+    device, p = plan_model(
+        spec.path,
+        settings.device,
+        buckets=buckets,
+        max_batch_tokens=settings.max_batch_tokens,
+        max_new_tokens=max_new_tokens,
+    )
+    table = Table(title=f"memory plan: {spec.name} on {device} (estimated)")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("device memory", f"{p.device_bytes / GIB:.2f} GiB"),
+        ("usable (x0.9)", f"{p.usable_bytes / GIB:.2f} GiB"),
+        ("weights", f"{p.weight_bytes / GIB:.3f} GiB"),
+        ("overhead", f"{p.overhead_bytes / GIB:.2f} GiB"),
+        ("activation bytes / token", f"{p.activation_bytes_per_token:,}"),
+        ("max batch tokens", f"{p.max_batch_tokens:,}"),
+    ]
+    if p.kv_bytes_per_token:  # a causal LM; an encoder keeps no KV cache
+        rows += [
+            ("KV bytes / token", f"{p.kv_bytes_per_token:,}"),
+            ("KV cache tokens", f"{p.kv_tokens:,}"),
+            (f"sequences of {p.sequence_tokens} tokens at once", f"{p.max_sequences:,}"),
+        ]
+    rows += [(f"rows per batch, bucket {b}", f"{n:,}") for b, n in p.bucket_rows.items()]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    for warning in p.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+@app.command()
+def gateway(
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    log_level: str = "info",
+) -> None:
+    """Serve the OpenAI-compatible HTTP gateway (files, batches, embeddings)."""
+    import uvicorn
+
+    from headrace.jobs.gateway import create_app
+
+    uvicorn.run(create_app(Settings()), host=host, port=port, log_level=log_level)
+
+
+@api_key.command("create")
+def api_key_create(
+    tenant: str = typer.Option(..., help="the tenant this key acts for"),
+    label: str = "",
+) -> None:
+    """Make a new gateway API key for TENANT; it is printed once, only its hash is kept."""
+    from headrace.jobs.store import JobStore
+
+    print(JobStore(Settings().sql_url).add_api_key(tenant, label))
+
+
+@app.command()
+def invalidator(log_level: str = "INFO") -> None:
+    """Run the invalidation consumer: upstream events and <prefix>.invalidate -> evictions."""
+    from headrace.consumers.invalidation import Invalidator
+
+    _logging(log_level)
+    Invalidator(Settings()).run(_stop_on_signal())
+
+
+@cache.command("stats")
+def cache_stats() -> None:
+    """Entries in L2 and L3, and the counters the cache keeps in Redis."""
+    from headrace.cache.store import open_cache
+
+    store = open_cache(Settings(), l1=False)
+    table = Table("figure", "value")
+    table.add_row("L2 entries (Redis)", str(store.l2.entry_count()))
+    if store.l3 is not None:
+        objects, size = store.l3.usage()
+        table.add_row("L3 objects (S3)", str(objects))
+        table.add_row("L3 bytes (zstd)", str(size))
+    for name, value in store.l2.stats().items():
+        table.add_row(name, str(value))
+    console.print(table)
+
+
+@cache.command("invalidate")
+def cache_invalidate(
+    tenant: str = typer.Option(None, help="the tenant whose entries to invalidate"),
+    tag: list[str] = typer.Option([], help="a tag of that tenant (repeatable)"),
+    key: list[str] = typer.Option([], help="an entry key of that tenant (repeatable)"),
+    all_of_tenant: bool = typer.Option(False, help="every entry of the tenant"),
+    model: str = typer.Option(None, help="with --model-version: every entry of that version"),
+    model_version: str = typer.Option(None),
+) -> None:
+    """Send an invalidation to <prefix>.invalidate (applied by `headrace invalidator`)."""
+    from pydantic import ValidationError
+
+    from headrace.schemas.cache import Invalidation
+    from headrace.schemas.topics import Topics
+    from headrace.transport.kafka import clients as kafka_clients
+
+    try:
+        record = Invalidation(
+            tenant=tenant,
+            tags=tag,
+            keys=key,
+            all_of_tenant=all_of_tenant,
+            model=model,
+            model_version=model_version,
+        )
+    except ValidationError as exc:
+        console.print(f"[red]invalid invalidation:[/red] {exc.errors()[0]['msg']}")
+        raise typer.Exit(2) from exc
+    settings = Settings()
+    topic = Topics(settings.topic_prefix).invalidate
+    kafka_clients.ensure_topics(settings, [topic], partitions=1)
+    producer = kafka_clients.producer(settings)
+    producer.send(topic, record.model_dump_json().encode()).get(timeout=30)
+    producer.close()
+    console.print(f"sent to {topic}: {record.model_dump_json(exclude_defaults=True)}")
+
+
+@app.command()
+def embed(
+    texts: list[str],
+    tenant: str = "default",
+    truncate: bool = False,
+    wait_s: float = 60.0,
+) -> None:
+    """Embed TEXTS through the pipeline; prints one JSON reply per line."""
+    from headrace.producers.client import Client
+    from headrace.schemas.errors import HeadraceError
+
+    try:
+        with Client(Settings(), tenant=tenant) as client:
+            for submission in client.submit_many(texts, truncate=truncate):
+                reply = submission.result(wait_s)
+                sys.stdout.write(reply.model_dump_json() + "\n")
+    except HeadraceError as exc:
+        console.print(f"[red]{type(exc).__name__}[/red] ({exc.code.value}): {exc}")
+        raise typer.Exit(2) from exc
+
+
+@schema.command("export")
+def schema_export(directory: Path) -> None:
+    """Write JSON Schema files for the wire messages into DIRECTORY."""
+    from headrace.schemas.export import export_schemas
+
+    for path in export_schemas(directory):
+        console.print(str(path))
+
+
+@app.command()
+def demo(count: int = 300, seed: int = 7) -> None:
+    """The main job: local stack, dispatcher and worker; embed mixed-length sentences."""
+    from headrace.ops.demo import run_demo
+
+    raise typer.Exit(run_demo(Settings(), count=count, seed=seed, console=console))
+
+
+@app.command()
+def settings() -> None:
+    """Print the effective settings (secrets masked)."""
+    console.print_json(json.dumps(Settings().model_dump(mode="json")))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,188 @@
+"""A Kafka producer wrapper that gets records to the broker or says clearly that it could not.
+
+kafka-python's idempotent producer turns some broker errors into a *fatal* state (seen with
+tansu while its S3 store was down: ``UnknownError`` → "Aborting producer batches due to fatal
+error"), after which every send fails. ``flush`` here checks every record it sent; failed ones
+are sent again on a fresh producer, with backoff, until ``timeout_s`` runs out, and only then
+raises ``DeliveryError``.
+
+tansu (S3 storage) answers the first produce after a restart with base offset -1 and no
+error, and about half the time that batch is not in the log (measured: a hole of 20 offsets
+where the acknowledged batch should be). An acknowledgement without an offset is therefore
+uncertain: with a ``readback`` the partition is read back from the last offset known good and
+only the records not found are sent again, so neither a loss nor a duplicate follows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kafka import KafkaProducer
+
+from headrace.config.settings import Settings
+from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.scan import records_after
+
+log = logging.getLogger(__name__)
+
+BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
+PRUNE_AT = 10_000
+
+
+class DeliveryError(RuntimeError):
+    """Records the broker did not acknowledge within the delivery timeout."""
+
+
+class _Record(Protocol):
+    key: bytes | None
+    value: bytes
+
+
+# (topic, partition, first offset or None for the partition's first) -> its records to the end
+ReadBack = Callable[[str, int, int | None], Iterable[_Record]]
+
+
+@dataclass
+class _Sent:
+    topic: str
+    key: bytes | None
+    value: bytes
+    future: Any
+
+
+class ReliableProducer:
+    def __init__(
+        self,
+        factory: Callable[[], KafkaProducer],
+        timeout_s: float,
+        readback: ReadBack | None = None,
+    ) -> None:
+        self._factory = factory
+        self.timeout_s = timeout_s
+        self.readback = readback
+        self.producer = factory()
+        self._sent: list[_Sent] = []
+        self._good: dict[tuple[str, int], int] = {}  # highest acknowledged offset seen
+        self.replaced = 0
+        self.uncertain = 0  # acknowledgements without an offset, checked by reading back
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        future = self.producer.send(topic, key=key, value=value)
+        self._sent.append(_Sent(topic, key, value, future))
+        if len(self._sent) >= PRUNE_AT:  # callers that rarely flush: forget the delivered
+            self._sent = [s for s in self._sent if not _surely_stored(s)]
+
+    def flush(self) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        attempt = 0
+        while True:
+            pending, self._sent = self._sent, []
+            self.producer.flush(timeout=max(0.1, deadline - time.monotonic()))
+            acked = [s for s in pending if s.future.is_done and s.future.succeeded()]
+            failed = [s for s in pending if not (s.future.is_done and s.future.succeeded())]
+            unsure = self._note_offsets(acked)
+            failed += self._not_stored(unsure)
+            if not failed:
+                return
+            error = (
+                failed[0].future.exception
+                if failed[0].future.is_done and failed[0].future.failed()
+                else "no offset"
+                if failed[0].future.is_done
+                else "timeout"
+            )
+            if time.monotonic() >= deadline:
+                self._sent = failed
+                raise DeliveryError(f"{len(failed)} records not delivered: {error!r}")
+            log.warning("%d records not delivered (%r); sending them again", len(failed), error)
+            time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+            attempt += 1
+            self._replace()
+            for s in failed:
+                self.send(s.topic, s.value, s.key)
+
+    def _note_offsets(self, acked: list[_Sent]) -> list[_Sent]:
+        """Remember each partition's highest acknowledged offset; return the records whose
+        acknowledgement came without one."""
+        unsure = []
+        for s in acked:
+            meta = s.future.value
+            if meta.offset < 0:
+                unsure.append(s)
+            else:
+                key = (meta.topic, meta.partition)
+                self._good[key] = max(self._good.get(key, -1), meta.offset)
+        return unsure
+
+    def _not_stored(self, unsure: list[_Sent]) -> list[_Sent]:
+        """Of the records acknowledged without an offset, those the partition does not hold
+        (read back from the last offset known good). Unchecked (no readback, or the read
+        failed): all of them count as stored, as before: a resend could duplicate."""
+        if not unsure or self.readback is None:
+            return []
+        self.uncertain += len(unsure)
+        missing: list[_Sent] = []
+        by_partition: dict[tuple[str, int], list[_Sent]] = {}
+        for s in unsure:
+            by_partition.setdefault((s.topic, s.future.value.partition), []).append(s)
+        for (topic, partition), group in by_partition.items():
+            start = self._good.get((topic, partition))
+            try:
+                held = {
+                    (r.key, r.value)
+                    for r in self.readback(topic, partition, None if start is None else start + 1)
+                }
+            except Exception as exc:
+                log.warning(
+                    "could not read %s[%d] back (%r); assuming stored", topic, partition, exc
+                )
+                continue
+            gone = [s for s in group if (s.key, s.value) not in held]
+            log.warning(
+                "%s[%d]: %d records acknowledged without an offset, %d of them not in the log",
+                topic,
+                partition,
+                len(group),
+                len(gone),
+            )
+            missing += gone
+        return missing
+
+    def _replace(self) -> None:
+        """A fresh producer first (creating one fails while the broker is unreachable: then
+        keep the old one and try again on the next round), then close the failed one."""
+        try:
+            fresh = self._factory()
+        except Exception as exc:
+            log.warning("no fresh producer yet (%r); keeping the old one", exc)
+            return
+        old, self.producer = self.producer, fresh
+        try:
+            old.close(timeout=0)
+        except Exception:  # a producer in a fatal state may fail to close; it is dropped anyway
+            log.debug("closing the failed producer", exc_info=True)
+        self.replaced += 1
+
+    def close(self, timeout_s: float = 5) -> None:
+        self.producer.close(timeout=timeout_s)
+
+
+def _surely_stored(sent: _Sent) -> bool:
+    f = sent.future
+    return bool(f.is_done and f.succeeded() and f.value.offset >= 0)
+
+
+def reliable_producer(settings: Settings, timeout_s: float, **overrides: Any) -> ReliableProducer:
+    """A ReliableProducer on ``settings``' broker that checks uncertain acknowledgements by
+    reading the partition back (``overrides``: KafkaProducer options)."""
+
+    def readback(topic: str, partition: int, offset: int | None) -> Iterable[_Record]:
+        return records_after(settings, topic, partition, offset)
+
+    return ReliableProducer(
+        lambda: kafka_clients.producer(settings, **overrides), timeout_s, readback=readback
+    )

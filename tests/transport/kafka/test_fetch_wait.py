@@ -1,0 +1,45 @@
+"""The fetch-wait policy with an injected clock."""
+
+from __future__ import annotations
+
+from headrace.config.settings import Settings
+from headrace.transport.kafka.fetch_wait import FetchWait
+from tests.clock import FakeClock
+
+
+def policy(clock: FakeClock) -> FetchWait:
+    settings = Settings(
+        kafka_fetch_wait_eager_ms=2, kafka_fetch_wait_idle_ms=20, kafka_fetch_wait_busy_ms=100
+    )
+    return FetchWait(settings, grace_s=1.0, clock=clock)
+
+
+def test_quiet_from_the_start_waits_the_idle_time() -> None:
+    assert policy(FakeClock()).choose(awaited=False, flood=False) == 20
+
+
+def test_awaited_is_eager_then_stays_eager_for_the_grace_period() -> None:
+    clock = FakeClock()
+    wait = policy(clock)
+    assert wait.choose(awaited=True, flood=False) == 2
+    clock.now += 0.9
+    assert wait.choose(awaited=False, flood=False) == 2  # more usually follows
+    clock.now += 0.2
+    assert wait.choose(awaited=False, flood=False) == 20  # 1.1 s quiet
+
+
+def test_a_flood_waits_longest_and_counts_as_activity() -> None:
+    clock = FakeClock()
+    wait = policy(clock)
+    assert wait.choose(awaited=True, flood=True) == 100
+    clock.now += 0.5
+    assert wait.choose(awaited=False, flood=False) == 2  # the flood just ended
+    clock.now += 1.0
+    assert wait.choose(awaited=False, flood=False) == 20
+
+
+def test_new_consumer_starts_from_the_busy_wait() -> None:
+    wait = policy(FakeClock())
+    wait.current_ms = 2
+    wait.new_consumer()
+    assert wait.current_ms == 100

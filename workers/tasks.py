@@ -1,0 +1,33 @@
+"""The Celery side shared by the dispatcher and the workers: the app (Redis broker, JSON
+only) and the one task's name. Importing this loads Celery, not the model."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from headrace.config.settings import Settings
+from headrace.connections import broker_url
+
+TASK_NAME = "headrace.run_batch"
+
+
+def celery_app(settings: Settings) -> Celery:
+    """A Celery app on the Redis broker, JSON only, late acks, prefetch 1."""
+    app = Celery("headrace", broker=broker_url(settings))
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+    )
+    return app
