@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from headrace.config.settings import Settings
+from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus
-from headrace.jobs.runner import new_job
 from headrace.jobs.store import JobStore
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline

@@ -16,20 +16,19 @@ import threading
 import time
 from collections import Counter
 
-from kafka.consumer.fetcher import ConsumerRecord
-from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 from pydantic import ValidationError
 
 from headrace.cache.keys import model_scope, tag_scope, tenant_scope
-from headrace.cache.store import REDIS_ERRORS, TieredCache, open_cache
+from headrace.cache.store import TieredCache, open_cache
 from headrace.config.settings import Settings
 from headrace.config.tag_rules import RuleMismatch, TagRule
+from headrace.connections import REDIS_ERRORS
 from headrace.health.ready import announce_ready
 from headrace.schemas.cache import Invalidation
 from headrace.schemas.topics import Topics
-from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport import Partition, Record, Transport, open_transport
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,12 @@ RETRY_S = 0.5
 
 
 class Invalidator:
-    def __init__(self, settings: Settings, cache: TieredCache | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        cache: TieredCache | None = None,
+        transport: Transport | None = None,
+    ) -> None:
         self.settings = settings
         self.cache = cache or open_cache(settings, l1=False)
         self.topic = Topics(settings.topic_prefix).invalidate
@@ -52,54 +56,47 @@ class Invalidator:
         for rule in settings.cache_tag_rules:
             self.rules.setdefault(rule.topic, []).append(rule)
         topics = [self.topic, *self.rules]
-        kafka_clients.ensure_topics(settings, topics, partitions=1)
-        self._consumer = kafka_clients.consumer(
-            settings,
-            group_id=f"{settings.topic_prefix}.invalidator",
-            auto_offset_reset="earliest",  # never skip an invalidation
-            fetch_max_wait_ms=settings.kafka_fetch_wait_idle_ms,
-        )
-        self._partitions = [
-            TopicPartition(t, p)
-            for t in topics
-            for p in sorted(self._consumer.partitions_for_topic(t) or {0})
-        ]
-        self._consumer.assign(self._partitions)
+        transport = transport or open_transport(settings)
+        transport.ensure_topics(topics, partitions=1)
+        # never skip an invalidation: a partition without a committed offset starts at 0
+        self._reader = transport.reader(f"{settings.topic_prefix}.invalidator", reset="beginning")
+        self._partitions = self._reader.assign(topics, start="committed")
         self.counts: Counter[str] = Counter()
 
     def run(self, stop: threading.Event) -> None:
-        log.info("invalidator reading %s", sorted({tp.topic for tp in self._partitions}))
+        log.info("invalidator reading %s", sorted({p[0] for p in self._partitions}))
         announce_ready("invalidator")
         try:
             while not stop.is_set():
                 self.step()
         finally:
-            self._consumer.close(autocommit=False)
+            self._reader.close()
 
     def step(self, timeout_ms: int = 100) -> int:
         """Apply what arrived; returns how many records were applied."""
-        polled = self._consumer.poll(timeout_ms=timeout_ms)
+        self._reader.expect(awaited=False)  # tansu: fetches wait kafka_fetch_wait_idle_ms
+        polled = self._reader.poll(timeout_ms=timeout_ms)
         applied = 0
-        for tp, records in polled.items():
+        for partition, records in polled.items():
             for i, record in enumerate(records):
                 try:
                     self._apply(record)
                 except REDIS_ERRORS as exc:  # the generations live there: wait for it
                     log.warning("Redis unreachable (%s); invalidation waits", exc)
-                    self._consumer.seek(tp, record.offset)
-                    self._commit({tp: record.offset})
+                    self._reader.seek(partition, record.offset)
+                    self._commit({partition: record.offset})
                     time.sleep(RETRY_S)
                     break
                 applied += 1
                 if i == len(records) - 1:
-                    self._commit({tp: record.offset + 1})
-        for tp in self._partitions:
-            high = self._consumer.highwater(tp)
-            if high is not None:
-                LAG.labels(tp.topic).set(max(0, high - self._consumer.position(tp)))
+                    self._commit({partition: record.offset + 1})
+        for partition in self._partitions:
+            high, position = self._reader.highwater(partition), self._reader.position(partition)
+            if high is not None and position is not None:
+                LAG.labels(partition[0]).set(max(0, high - position))
         return applied
 
-    def _apply(self, record: ConsumerRecord) -> None:
+    def _apply(self, record: Record) -> None:
         if record.topic == self.topic:
             try:
                 request = Invalidation.model_validate_json(record.value)
@@ -132,13 +129,13 @@ class Invalidator:
         self.counts["applied"] += 1
         self.cache.l2.count("invalidations_applied")
 
-    def _skip(self, reason: str, record: ConsumerRecord, why: str) -> None:
+    def _skip(self, reason: str, record: Record, why: str) -> None:
         SKIPPED.labels(reason).inc()
         self.counts[reason] += 1
         log.warning("%s@%d skipped (%s): %s", record.topic, record.offset, reason, why[:200])
 
-    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        self._consumer.commit_async({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+    def _commit(self, offsets: dict[Partition, int]) -> None:
+        self._reader.commit(offsets, sync=False)
 
 
 def _scopes(request: Invalidation) -> list[str]:

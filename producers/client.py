@@ -17,10 +17,11 @@ request's ``tags`` and ``cache_class``.
 At most ``client_max_pending`` requests await replies at once; past that ``send`` blocks up to
 ``client_block_timeout_s`` or raises ``BackpressureError`` at once (``client_on_full``).
 
-A request still unanswered after ``client_resend_after_s`` is produced again, with the same
-request_id, to the topic of its token count (at most ``client_max_resends`` times): the
-pipeline answers a request id once, so a resend costs nothing when the first copy is merely
-slow, and recovers a request record the broker lost.
+Against tansu (``broker_flavor``), a request still unanswered after
+``client_resend_after_s`` is produced again, with the same request_id, to the topic of its
+token count (at most ``client_max_resends`` times): the pipeline answers a request id once,
+so a resend costs nothing when the first copy is merely slow, and recovers a request record
+the broker lost. Apache Kafka with acks=all loses no acknowledged record: no resends there.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
 from headrace.consumers.replies import ReplyListener
 from headrace.models.registry import model_spec
+from headrace.models.tokenizer import count_tokens
 from headrace.producers.generation import GenerationMixin
-from headrace.producers.tokens import count_tokens
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
@@ -54,6 +55,7 @@ from headrace.schemas.errors import (
     ReplyTimeoutError,
     RequestFailedError,
     RequestTooLargeError,
+    input_too_long,
 )
 from headrace.schemas.messages import (
     CacheDirective,
@@ -65,8 +67,7 @@ from headrace.schemas.messages import (
     Request,
 )
 from headrace.schemas.topics import Topics
-from headrace.transport.kafka import clients as kafka_clients
-from headrace.transport.kafka.delivery import reliable_producer
+from headrace.transport import Transport, open_transport
 
 log = logging.getLogger(__name__)
 
@@ -105,29 +106,28 @@ class Client(GenerationMixin):
         tenant: str = "default",
         reply_topic: str | None = None,
         listen: bool = True,
+        transport: Transport | None = None,
     ) -> None:
         """``listen``: False for a caller that reads its reply topic itself (bulk jobs): no
-        reply listener and no resends; only ``send_nowait`` and ``cancel`` then."""
+        reply listener and no resends; only ``send_nowait`` and ``cancel`` then.
+        ``transport``: the broker client (``open_transport(settings)`` by default)."""
         self.settings = settings or Settings()
         self.tenant = tenant
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_topic = reply_topic or self.topics.replies("default")
-        kafka_clients.ensure_topics(
-            self.settings, [self.topics.requests(b) for b in self.settings.buckets]
-        )
-        kafka_clients.ensure_topics(
-            self.settings, [self.reply_topic, self.topics.control], partitions=1
-        )
+        self.transport = transport or open_transport(self.settings)
+        self.transport.ensure_topics([self.topics.requests(b) for b in self.settings.buckets])
+        self.transport.ensure_topics([self.reply_topic, self.topics.control], partitions=1)
         self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
-        self._producer = reliable_producer(self.settings, self.settings.reply_delivery_timeout_s)
-        self._listener = ReplyListener(self.settings, self.reply_topic).start() if listen else None
+        self._producer = self.transport.writer(self.settings.reply_delivery_timeout_s)
+        self._listener = ReplyListener(self.transport, self.reply_topic).start() if listen else None
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
         self._unanswered: dict[tuple[str, str], _Unanswered] = {}
         self._unanswered_lock = threading.Lock()
         self.resent = 0
         self._closing = threading.Event()
         self._resender: threading.Thread | None = None
-        if listen and self.settings.client_resend_after_s is not None:
+        if listen and self.settings.resend_after_s() is not None:
             self._resender = threading.Thread(target=self._resend_loop, daemon=True)
             self._resender.start()
         self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
@@ -181,8 +181,7 @@ class Client(GenerationMixin):
             if tokens > limit:
                 if not params.truncate:
                     raise InputTooLongError(
-                        f"text {i} has {tokens} tokens; {model} takes at most {limit}. "
-                        "Pass truncate=True to cut it."
+                        f"text {i} ({model}): " + input_too_long(tokens, limit).message
                     )
                 tokens = limit
             request = Request(
@@ -267,7 +266,7 @@ class Client(GenerationMixin):
             self._producer.flush()
 
     def _resend_loop(self) -> None:
-        after = self.settings.client_resend_after_s
+        after = self.settings.resend_after_s()
         assert after is not None
         while not self._closing.wait(RESEND_CHECK_S):
             now = time.monotonic()

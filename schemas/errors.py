@@ -29,6 +29,14 @@ class ErrorInfo(BaseModel):
     message: str
 
 
+def input_too_long(tokens: int, limit: int) -> ErrorInfo:
+    """The one answer to an input past the model's limit (client, dispatcher and worker)."""
+    return ErrorInfo(
+        code=ErrorCode.input_too_long,
+        message=f"{tokens} tokens > model max {limit}; pass truncate=true to cut it",
+    )
+
+
 class HeadraceError(Exception):
     """Root of every error headrace raises to a user.
 

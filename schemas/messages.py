@@ -9,7 +9,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 
@@ -244,6 +252,16 @@ class Control(_Message):
     tenant: Identifier
     request_id: Identifier
     sent_at: AwareDatetime = Field(default_factory=utc_now)
+
+
+def final_reply(value: bytes) -> Reply | None:
+    """A reply topic's record as a final Reply; None for a StreamDelta or anything that is
+    not a reply (what a reader counting answers skips)."""
+    try:
+        parsed = parse_reply_record(value)
+    except ValidationError:
+        return None
+    return parsed if isinstance(parsed, Reply) else None
 
 
 def parse_reply_record(value: bytes) -> Reply | StreamDelta:

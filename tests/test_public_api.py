@@ -70,3 +70,15 @@ def test_importing_one_part_loads_neither_the_client_nor_the_services() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_dispatcher_core_loads_no_client_of_any_service() -> None:
+    """Every delivery rule runs without IO (the layers contract says so of the imports; this
+    says so of what actually loads)."""
+    code = (
+        "import sys, headrace.workers.dispatcher.core\n"
+        "loaded = [m for m in ('kafka', 'redis', 'celery', 'kombu', 'torch', 'boto3') "
+        "if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

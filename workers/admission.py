@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Set
 from datetime import datetime
 
-from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.errors import ErrorCode, ErrorInfo, input_too_long
 from headrace.schemas.messages import Request
 
 
@@ -31,9 +31,5 @@ def admission_error(
         and request.token_count > max_tokens
         and not request.params.truncate
     ):
-        return ErrorInfo(
-            code=ErrorCode.input_too_long,
-            message=f"{request.token_count} tokens > model max {max_tokens}; "
-            "pass truncate=true to cut it",
-        )
+        return input_too_long(request.token_count, max_tokens)
     return None

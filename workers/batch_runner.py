@@ -16,7 +16,7 @@ from typing import Protocol, cast
 
 import torch
 
-from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.errors import ErrorCode, ErrorInfo, input_too_long
 from headrace.schemas.messages import (
     Batch,
     BatchInfo,
@@ -163,13 +163,8 @@ def _answer(
     runnable: list[tuple[BatchItem, EncodedItem]] = []
     for item, enc in zip(admitted, encoded, strict=True):
         if enc.too_long:
-            message = (
-                f"{enc.token_count} tokens > model max {backend.max_tokens}; "
-                "pass truncate=true to cut it"
-            )
-            replies.append(
-                (item, _failure(item, ErrorInfo(code=ErrorCode.input_too_long, message=message)))
-            )
+            too_long = input_too_long(enc.token_count, backend.max_tokens)
+            replies.append((item, _failure(item, too_long)))
         else:
             runnable.append((item, enc))
     replies.extend(_compute(batch, runnable, ctx, started))

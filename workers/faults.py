@@ -1,10 +1,11 @@
 """Fault injection for tests and drills: a backend wrapper that fails on marked inputs.
 
-Enabled only by the ``fault_poison_marker`` / ``fault_crash_marker`` settings. An input that
-contains the poison marker makes the model raise for any batch holding it (so bisection has to
-isolate it); one that contains the crash marker kills the worker process mid-batch, after its
-requests were claimed, the way a segfault or the OOM killer would. One with the slow marker
-holds its batch for a while (to cancel or time out something that is running).
+Enabled only by the ``fault_poison_marker`` / ``fault_crash_marker`` / ``fault_slow_marker``
+settings. It wraps any backend, embedding or generation: an input that contains the poison
+marker makes the model raise for any batch holding it (so bisection has to isolate it); one
+that contains the crash marker kills the worker process mid-batch, after its requests were
+claimed, the way a segfault or the OOM killer would; one with the slow marker holds its batch
+for a while (to cancel or time out something that is running).
 """
 
 from __future__ import annotations
@@ -12,8 +13,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
+from typing import cast
 
-from headrace.workers.backends.base import Backend, EncodedItem, LoadTimings
+from headrace.workers.backends.base import (
+    Backend,
+    EncodedItem,
+    Generated,
+    GenerativeBackend,
+    LoadTimings,
+    ModelBackend,
+    Sampling,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +38,7 @@ class InjectedFault(RuntimeError):
 class FaultyBackend:
     def __init__(
         self,
-        inner: Backend,
+        inner: ModelBackend,
         poison: str | None = None,
         crash: str | None = None,
         slow: str | None = None,
@@ -77,6 +88,20 @@ class FaultyBackend:
     def embed(
         self, items: list[EncodedItem], normalize: list[bool]
     ) -> tuple[list[list[float]], int, int]:
+        self._inject(items)
+        return cast(Backend, self.inner).embed(items, normalize)
+
+    def generate(
+        self,
+        items: list[EncodedItem],
+        params: Sequence[Sampling],
+        on_delta: Callable[[int, str], None] | None = None,
+        cancelled: Callable[[], set[int]] | None = None,
+    ) -> list[Generated]:
+        self._inject(items)
+        return cast(GenerativeBackend, self.inner).generate(items, params, on_delta, cancelled)
+
+    def _inject(self, items: list[EncodedItem]) -> None:
         if any(id(i) in self._crashing for i in items):
             log.error("injected crash: exiting mid-batch")
             os._exit(CRASH_EXIT_CODE)
@@ -84,7 +109,6 @@ class FaultyBackend:
             raise InjectedFault("injected poison input")
         if any(id(i) in self._slow for i in items):
             time.sleep(self.slow_s)
-        return self.inner.embed(items, normalize)
 
 
 def _has(text: str, marker: str | None) -> bool:

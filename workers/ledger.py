@@ -9,12 +9,8 @@ from enum import StrEnum
 from typing import cast
 
 import redis
-from kombu.exceptions import OperationalError
 
 from headrace.schemas.messages import Completion
-
-# Redis (and the Celery broker on it) unreachable: callers retry on their next pass.
-STATE_ERRORS = (redis.RedisError, OperationalError, OSError)
 
 ANSWERED = "answered"
 

@@ -4,7 +4,10 @@ below it is finished (its reply produced)."""
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
 
@@ -69,3 +72,38 @@ class OffsetTracker:
     def forget(self, partitions: list[Partition]) -> None:
         for partition in partitions:
             self._parts.pop(partition, None)
+
+
+class Gaps:
+    """Request topics are neither compacted nor transactional, so a partition's offsets
+    are contiguous: a fetch that starts past the next expected offset skipped records (seen
+    with a broker recovering its storage), and committing the low-watermark past them would
+    lose them. ``check`` says where to read again, up to ``retries`` times in a row."""
+
+    def __init__(self, retries: int = 50) -> None:
+        self.retries = retries
+        self._tries: dict[Partition, int] = {}
+
+    def check(self, partition: Partition, expected: int | None, first: int) -> int | None:
+        """The offset to read ``partition`` from again, or None to take what came."""
+        if expected is None or first <= expected:
+            self._tries.pop(partition, None)
+            return None
+        tries = self._tries[partition] = self._tries.get(partition, 0) + 1
+        if tries > self.retries:
+            log.error(
+                "%s:%d: offsets %d..%d never came back; going on without them",
+                *partition,
+                expected,
+                first - 1,
+            )
+            self._tries.pop(partition, None)
+            return None
+        log.warning(
+            "%s:%d: fetch jumped from offset %d to %d; reading again (try %d)",
+            *partition,
+            expected,
+            first,
+            tries,
+        )
+        return expected

@@ -3,10 +3,13 @@ only) and the one task's name. Importing this loads Celery, not the model."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from celery import Celery
 
 from headrace.config.settings import Settings
 from headrace.connections import broker_url
+from headrace.schemas.messages import Batch
 
 TASK_NAME = "headrace.run_batch"
 
@@ -31,3 +34,13 @@ def celery_app(settings: Settings) -> Celery:
         task_send_sent_event=False,
     )
     return app
+
+
+def batch_sender(settings: Settings) -> Callable[[Batch, str], None]:
+    """Sends a batch to a bucket's queue as the one task (JSON)."""
+    app = celery_app(settings)
+
+    def send(batch: Batch, queue: str) -> None:
+        app.send_task(TASK_NAME, args=[batch.model_dump(mode="json")], queue=queue)
+
+    return send

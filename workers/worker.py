@@ -17,13 +17,12 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, cast
+from typing import Any
 
 import redis
 import torch
 from celery import Task
 from celery.signals import worker_ready
-from kafka.errors import KafkaError
 
 from headrace import connections
 from headrace.cache.store import open_cache
@@ -34,11 +33,10 @@ from headrace.models.registry import model_spec
 from headrace.schemas.messages import Batch, Reply, StreamDelta
 from headrace.schemas.topics import Topics
 from headrace.sessions.store import SessionStore
-from headrace.transport.kafka import clients as kafka_clients
-from headrace.transport.kafka.delivery import DeliveryError, reliable_producer
+from headrace.transport import Transport, TransportError, open_transport
 from headrace.workers import tasks
 from headrace.workers.backends import EmbeddingBackend
-from headrace.workers.backends.base import Backend, ModelBackend
+from headrace.workers.backends.base import ModelBackend
 from headrace.workers.backends.echo import EchoBackend
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.vllm_engine import VLLMBackend
@@ -54,28 +52,26 @@ log = logging.getLogger(__name__)
 RETRY_COUNTDOWN_S = 1.0
 # Worth one retry of the whole batch: the connection, not the request, was the problem.
 # (Out-of-memory splits the batch instead; bad input is answered with its error, never retried.)
-TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, KafkaError, ConnectionError)
+TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, TransportError, ConnectionError)
 
 
 class WarmUpFailed(RuntimeError):
     """A loading stage failed or ran past its timeout; the worker takes no work."""
 
 
-class KafkaReplySink:
-    """Replies go out through an idempotent producer; failed ones are sent again (on a fresh
-    producer) until reply_delivery_timeout_s, so a broker or storage outage delays replies
-    instead of dropping them."""
+class TopicReplySink:
+    """Replies go out through an idempotent writer; failed ones are sent again until
+    reply_delivery_timeout_s, so a broker or storage outage delays replies instead of
+    dropping them."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.out = reliable_producer(
-            settings, settings.reply_delivery_timeout_s, enable_idempotence=True
-        )
+    def __init__(self, transport: Transport, settings: Settings) -> None:
+        self.transport = transport
+        self.out = transport.writer(settings.reply_delivery_timeout_s, idempotent=True)
         self._known_topics: set[str] = set()
 
     def send(self, topic: str, reply: Reply | StreamDelta) -> None:
         if topic not in self._known_topics:
-            kafka_clients.ensure_topics(self.settings, [topic], partitions=1)
+            self.transport.ensure_topics([topic], partitions=1)
             self._known_topics.add(topic)
         self.out.send(topic, reply.model_dump_json().encode(), key=reply.request_id.encode())
 
@@ -120,7 +116,7 @@ def load_backend(settings: Settings, buckets: list[int]) -> ModelBackend:
     if settings.fault_poison_marker or settings.fault_crash_marker or settings.fault_slow_marker:
         log.warning("FAULT INJECTION ENABLED: this worker fails marked inputs on purpose")
         backend = FaultyBackend(
-            cast(Backend, backend),
+            backend,
             poison=settings.fault_poison_marker,
             crash=settings.fault_crash_marker,
             slow=settings.fault_slow_marker,
@@ -178,7 +174,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     ctx = BatchContext(
         backend=backend,
         ledger=ledger,
-        sink=KafkaReplySink(settings),
+        sink=TopicReplySink(open_transport(settings), settings),
         worker_id=worker_id,
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
@@ -204,7 +200,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         batch = Batch.model_validate(payload)
         try:
             run_batch(batch, ctx)
-        except (*TRANSIENT_ERRORS, DeliveryError) as exc:
+        except TRANSIENT_ERRORS as exc:
             log.warning("batch %s hit %r; retrying it once", batch.batch_id, exc)
             ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
             try:

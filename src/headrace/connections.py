@@ -1,14 +1,18 @@
-"""Clients for Redis and S3, configured from Settings in one place, and the errors that
-mean "that store is unreachable right now"."""
+"""Clients for Redis and S3, configured from Settings in one place, the errors that mean
+"that store is unreachable right now", and zstd-compressed objects in S3 (``ZstdObjects``:
+the cache's L3 and archived sessions)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import boto3
 import redis
+import zstandard
 from botocore.config import Config as BotoConfig
+from botocore.exceptions import BotoCoreError, ClientError
 from kombu.exceptions import OperationalError
 
 from headrace.config.settings import Settings
@@ -56,3 +60,88 @@ def broker_url(settings: Settings) -> str:
     if parts.port is not None:
         netloc += f":{parts.port}"
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+class S3Unavailable(RuntimeError):
+    """S3 could not be reached, or refused a request."""
+
+
+_MISSING = ("NoSuchKey", "404", "NoSuchBucket")
+_DELETE_BATCH = 1000  # S3's limit per DeleteObjects call
+
+
+class ZstdObjects:
+    """Objects of one S3 bucket, each zstd-compressed: bytes in, bytes out. "No such object"
+    reads as None; every other S3 failure is S3Unavailable. The bucket is created on the
+    first write that finds it missing."""
+
+    def __init__(self, client: Any, bucket: str, level: int = 3) -> None:
+        self.s3 = client
+        self.bucket = bucket
+        self._compress = zstandard.ZstdCompressor(level=level)
+        self._decompress = zstandard.ZstdDecompressor()
+        self._bucket_ready = False
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            raw = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise S3Unavailable(str(exc)) from exc
+        except BotoCoreError as exc:
+            raise S3Unavailable(str(exc)) from exc
+        return bytes(self._decompress.decompress(raw))
+
+    def put(self, key: str, raw: bytes) -> int:
+        """Store ``raw`` under ``key``; returns its compressed size."""
+        body = self._compress.compress(raw)
+        try:
+            self._ensure_bucket()
+            self.s3.put_object(Bucket=self.bucket, Key=key, Body=body)
+        except (ClientError, BotoCoreError) as exc:
+            raise S3Unavailable(str(exc)) from exc
+        return len(body)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        names = [{"Key": k} for k in keys]
+        try:
+            for i in range(0, len(names), _DELETE_BATCH):
+                batch = names[i : i + _DELETE_BATCH]
+                self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": batch})
+        except ClientError as exc:
+            if _code(exc) != "NoSuchBucket":
+                raise S3Unavailable(str(exc)) from exc
+        except BotoCoreError as exc:
+            raise S3Unavailable(str(exc)) from exc
+
+    def usage(self, prefix: str) -> tuple[int, int]:
+        """(objects, compressed bytes) under ``prefix``."""
+        count = size = 0
+        try:
+            pages = self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    count += 1
+                    size += obj["Size"]
+        except ClientError as exc:
+            if _code(exc) != "NoSuchBucket":
+                raise S3Unavailable(str(exc)) from exc
+        except BotoCoreError as exc:
+            raise S3Unavailable(str(exc)) from exc
+        return count, size
+
+    def _ensure_bucket(self) -> None:
+        if self._bucket_ready:
+            return
+        try:
+            self.s3.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self.s3.create_bucket(Bucket=self.bucket)
+        self._bucket_ready = True
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))

@@ -18,6 +18,8 @@ def test_compose_has_the_production_services() -> None:
     services = spec["services"]
     assert {"kafka", "redis", "postgres", "s3", "dispatcher", "worker"} <= set(services)
     assert "controller" in services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft
+    for name in ("dispatcher", "worker"):  # Apache Kafka: the tansu workarounds off
+        assert services[name]["environment"]["HEADRACE_BROKER_FLAVOR"] == "kafka"
     devices = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
     text = COMPOSE.read_text().lower()

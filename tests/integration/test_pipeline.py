@@ -13,9 +13,9 @@ import pytest
 
 from headrace.config.settings import Settings
 from headrace.consumers.replies import stream_replies
+from headrace.models.tokenizer import count_tokens
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
-from headrace.producers.tokens import count_tokens
 from headrace.schemas.errors import (
     EmptyInputError,
     ErrorCode,

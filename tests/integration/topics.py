@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from kafka.consumer.fetcher import ConsumerRecord
-
 from headrace.config.settings import Settings
-from headrace.transport.kafka.scan import records_from_start
+from headrace.transport import Record, open_transport
 
 
-def read_topic(settings: Settings, topic: str) -> list[ConsumerRecord]:
-    return list(records_from_start(settings, topic))
+def read_topic(settings: Settings, topic: str) -> list[Record]:
+    return list(open_transport(settings).scan(topic))

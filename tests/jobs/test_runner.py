@@ -19,8 +19,9 @@ import pytest
 from headrace import connections
 from headrace.config.settings import Settings
 from headrace.jobs.files import read_lines
+from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus
-from headrace.jobs.runner import JobRunner, RunOptions, new_job
+from headrace.jobs.runner import JobRunner, RunOptions
 from headrace.jobs.store import JobStore
 from headrace.ops.processes import Pipeline
 

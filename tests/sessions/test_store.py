@@ -89,7 +89,8 @@ def test_idle_sessions_move_to_s3_and_come_back_at_their_version(
     a.append(a.get("acme", "new"), [Turn(role="user", content="still warm")])
     assert a.archive_idle(idle_s=600) == 1
     assert a.redis.exists(a._key("acme", "old")) == 0
-    raw = a.s3.get_object(Bucket=a.bucket, Key=a._object("acme", "old"))["Body"].read()
+    archive = a.archive
+    raw = archive.s3.get_object(Bucket=archive.bucket, Key=a._object("acme", "old"))["Body"].read()
     assert Session.model_validate_json(zstandard.ZstdDecompressor().decompress(raw)) == kept
     back = b.get("acme", "old")
     assert back.version == 1 and back.turns == kept.turns and b.stats["s3"] == 1

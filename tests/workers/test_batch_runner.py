@@ -16,12 +16,13 @@ from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Reply
+from headrace.transport import open_transport
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.backends.base import EncodedItem
 from headrace.workers.batch_runner import BatchContext, run_batch
 from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import ClaimState, Ledger
-from headrace.workers.worker import KafkaReplySink
+from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
 from tests.workers.batches import make_batch
 
@@ -61,7 +62,12 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
     settings = Settings(topic_prefix=prefix)
     ledger = Ledger(connections.redis_client(settings), prefix, 60)
     model = SmallMemory(backend, rows=2)
-    ctx = BatchContext(backend=model, ledger=ledger, sink=KafkaReplySink(settings), worker_id="w")
+    ctx = BatchContext(
+        backend=model,
+        ledger=ledger,
+        sink=TopicReplySink(open_transport(settings), settings),
+        worker_id="w",
+    )
     texts = [f"sentence number {i}" for i in range(8)]
     texts[5] = "this one is <<poison>>"
     batch = make_batch(prefix, texts, MODEL)

@@ -24,10 +24,11 @@ from headrace.schemas.messages import (
     StreamDelta,
     parse_reply_record,
 )
+from headrace.transport import open_transport
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.batch_runner import BatchContext, run_batch
 from headrace.workers.ledger import Ledger
-from headrace.workers.worker import KafkaReplySink
+from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
 from tests.tiny_model import load_test_lm
 from tests.workers.batches import make_batch
@@ -42,11 +43,11 @@ def backend() -> GenerationBackend:
     return b
 
 
-class CancelOnFirstDelta(KafkaReplySink):
+class CancelOnFirstDelta(TopicReplySink):
     """Cancels one request (as the dispatcher does for a control record) once it streamed."""
 
     def __init__(self, settings: Settings, ledger: Ledger, key: tuple[str, str]) -> None:
-        super().__init__(settings)
+        super().__init__(open_transport(settings), settings)
         self.ledger, self.key = ledger, key
 
     def send(self, topic: str, reply: Reply | StreamDelta) -> None:
@@ -86,7 +87,7 @@ def test_cancel_stops_a_running_generation(stack: LocalStack, backend: Generatio
     assert isinstance(other, GenerationResult) and other.usage.completion_tokens > 50
 
 
-class CrashBeforeFinal(KafkaReplySink):
+class CrashBeforeFinal(TopicReplySink):
     """Streams, then fails on the final reply: a worker dying mid-delivery."""
 
     def send(self, topic: str, reply: Reply | StreamDelta) -> None:
@@ -109,7 +110,7 @@ def test_a_redelivered_batch_streams_the_same_pieces(
     crashing = BatchContext(
         backend=backend,
         ledger=ledger,
-        sink=CrashBeforeFinal(settings),
+        sink=CrashBeforeFinal(open_transport(settings), settings),
         worker_id="w1",
         claim_ms=200,
         sending_ms=200,
@@ -118,7 +119,9 @@ def test_a_redelivered_batch_streams_the_same_pieces(
         run_batch(batch, crashing)
     time.sleep(0.5)  # its claim expires, as a dead worker's does
     again = batch.model_copy(update={"batch_id": uuid.uuid4().hex, "attempt": 2})
-    healthy = BatchContext(backend=backend, ledger=ledger, sink=KafkaReplySink(settings))
+    healthy = BatchContext(
+        backend=backend, ledger=ledger, sink=TopicReplySink(open_transport(settings), settings)
+    )
     run_batch(again, healthy)
 
     out = [r for r in records(settings, batch) if r.request_id == rid]

@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from headrace.models.tokenizer import load_tokenizer
 from headrace.workers.backends.base import EncodedItem, LoadTimings
-from headrace.workers.backends.embedding import encode_texts, load_tokenizer
+from headrace.workers.backends.embedding import encode_texts
 
 ECHO_DIM = 4
 

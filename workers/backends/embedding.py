@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from headrace.models.tokenizer import load_tokenizer
 from headrace.workers.backends.base import EncodedItem, LoadTimings, cuda_memory, place_on_device
 
 
@@ -17,13 +18,6 @@ def pick_device(preference: str) -> torch.device:
     if preference == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(preference)
-
-
-def load_tokenizer(model_dir: Path) -> Tokenizer:
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
 
 
 def encode_texts(

@@ -18,19 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from headrace import connections
 from headrace.cache.entry import CacheEntry
 from headrace.cache.memory import MemoryTier
 from headrace.cache.redis_tier import RedisTier
-from headrace.cache.s3_tier import S3Tier, S3Unavailable
+from headrace.cache.s3_tier import S3Tier
 from headrace.config.settings import Settings
+from headrace.connections import REDIS_ERRORS, S3Unavailable
 from headrace.schemas.messages import CacheTier
 
 log = logging.getLogger(__name__)
-
-REDIS_ERRORS = (redis.RedisError, OSError)
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,18 @@ class Settings(BaseSettings):
     kafka_ssl_certfile: Path | None = None
     kafka_ssl_keyfile: Path | None = None
     kafka_ssl_password: SecretStr | None = None
+    # Which client talks to the broker (headrace.transport), and which broker it is:
+    # "tansu" (the local stack) turns on the workarounds only tansu needs (fetch waits that
+    # follow demand, the stalled-fetch watch, group rejoin, reading a partition back after an
+    # acknowledgement without an offset, client resends, contiguous-offset checks); "kafka"
+    # (Apache Kafka, production) turns them off.
+    transport: Literal["kafka-python"] = "kafka-python"
+    broker_flavor: Literal["tansu", "kafka"] = "tansu"
     # tansu answers a parked fetch only when its wait runs out (see README): consumers wait
     # eagerly while a lone record's latency counts, longer while idle, longest while the model
-    # computes. With Apache Kafka, which answers as soon as a record lands, set all three to 500.
+    # computes. With broker_flavor "kafka" fetches wait kafka_fetch_wait_kafka_ms (the broker
+    # answers as soon as a record lands).
+    kafka_fetch_wait_kafka_ms: int = Field(default=500, ge=0)
     kafka_fetch_wait_eager_ms: int = Field(default=2, ge=0)
     kafka_fetch_wait_idle_ms: int = Field(default=20, ge=0)
     kafka_fetch_wait_busy_ms: int = Field(default=100, ge=0)
@@ -125,7 +134,7 @@ class Settings(BaseSettings):
     # A request unanswered this long is produced again (same request_id: the pipeline answers
     # it once), up to client_max_resends times: a broker that lost an acknowledged request
     # record (seen with tansu) costs a delay, not the request. None turns it off.
-    client_resend_after_s: float | None = Field(default=60.0, gt=0)
+    client_resend_after_s: float | None = Field(default=60.0, gt=0)  # tansu only
     client_max_resends: int = Field(default=3, ge=0)
     # How long a worker waits for its replies to be acknowledged by the broker (it keeps its
     # claims meanwhile, so a broker restart delays replies instead of duplicating them).
@@ -179,6 +188,11 @@ class Settings(BaseSettings):
         return cls(**overrides)
 
     # --- derived ---------------------------------------------------------------------
+    def resend_after_s(self) -> float | None:
+        """When a client produces an unanswered request again: only against tansu, which
+        has lost acknowledged records; Apache Kafka with acks=all does not."""
+        return self.client_resend_after_s if self.broker_flavor == "tansu" else None
+
     def vllm_engine_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {
             "gpu_memory_utilization": self.vllm_gpu_memory_utilization,

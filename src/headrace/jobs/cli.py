@@ -22,8 +22,9 @@ from rich.table import Table
 
 from headrace.config.settings import Settings
 from headrace.jobs.formats import InputFormat
+from headrace.jobs.launch import new_job, start_detached
 from headrace.jobs.lifecycle import FINAL, JobStatus
-from headrace.jobs.runner import JobRunner, RunOptions, new_job, start_detached
+from headrace.jobs.runner import JobRunner, RunOptions
 from headrace.jobs.store import Counts, Job, JobNotFound, JobStore
 
 batch = typer.Typer(help="Bulk jobs: a file of requests in, a file of results out.")

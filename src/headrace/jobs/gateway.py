@@ -27,8 +27,8 @@ from headrace.config.settings import Settings
 from headrace.jobs.api import ApiError, Tenant, api_error, reply_error
 from headrace.jobs.completions import completions_router
 from headrace.jobs.files import is_s3
+from headrace.jobs.launch import new_job, start_detached
 from headrace.jobs.lifecycle import FINAL, JobStatus
-from headrace.jobs.runner import new_job, start_detached
 from headrace.jobs.single import KIND, job_object
 from headrace.jobs.store import Job, JobNotFound, JobStore
 from headrace.producers.client import Client

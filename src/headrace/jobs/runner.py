@@ -19,16 +19,12 @@ custom_ids are read from the on-disk index, and only ``window`` requests are in 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-
-from kafka.structs import TopicPartition
 
 from headrace.config.settings import Settings
 from headrace.jobs.files import Spool, deliver, read_lines
@@ -48,10 +44,9 @@ from headrace.jobs.single import job_object, notify
 from headrace.jobs.store import Counts, Job, JobStore
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorInfo, InvalidRequestError
-from headrace.schemas.messages import GenerateParams, Reply, Request
-from headrace.schemas.openai_batch import EMBEDDINGS_URL
+from headrace.schemas.messages import GenerateParams, Request, final_reply
 from headrace.schemas.topics import Topics
-from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport import open_transport
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +150,14 @@ class JobRunner:
         for spool, failed in ((outputs, False), (errors, True)):
             for text in spool.lines():
                 state.mark_from_output(text, failed)
-        client = Client(self.settings, tenant=job.tenant, reply_topic=self.topic, listen=False)
+        transport = open_transport(self.settings)
+        client = Client(
+            self.settings,
+            tenant=job.tenant,
+            reply_topic=self.topic,
+            listen=False,
+            transport=transport,
+        )
         stop = threading.Event()
         submitter = threading.Thread(
             target=self._submit_all,
@@ -163,17 +165,16 @@ class JobRunner:
             name=f"submit-{job.id}",
             daemon=True,
         )
-        consumer = kafka_clients.consumer(self.settings, group_id=None)
-        tp = TopicPartition(self.topic, 0)
-        consumer.assign([tp])
+        replies = transport.reader()
+        [partition] = replies.assign([self.topic])  # the job's own topic: one partition
         offset = job.reply_offset
-        consumer.seek(tp, offset)
+        replies.seek(partition, offset)
         submitter.start()
         cancel_started: float | None = None
         last_checkpoint = time.monotonic()
         try:
             while not state.done():
-                for records in consumer.poll(timeout_ms=200).values():
+                for records in replies.poll(timeout_ms=200).values():
                     for record in records:
                         offset = record.offset + 1
                         self._collect(job, record.value, state, outputs, errors, ids)
@@ -204,7 +205,7 @@ class JobRunner:
         finally:
             stop.set()
             submitter.join(timeout=5)
-            consumer.close()
+            replies.close()
             client.close()
             outputs.close()
             errors.close()
@@ -310,10 +311,9 @@ class JobRunner:
         errors: Spool,
         ids: CustomIds,
     ) -> None:
-        try:
-            reply = Reply.model_validate_json(value or b"")
-        except ValueError:
-            log.warning("job %s: an unreadable record on its reply topic; skipped", job.id)
+        reply = final_reply(value or b"")
+        if reply is None:
+            log.warning("job %s: a record on its reply topic that is no reply; skipped", job.id)
             return
         prefix, _, tail = reply.request_id.rpartition("-")
         if prefix != job.id or not tail.isdigit():
@@ -379,50 +379,3 @@ class JobRunner:
 
 def _fmt(job: Job) -> InputFormat:
     return "plain" if job.input_format == "plain" else "openai"
-
-
-def new_job(
-    store: JobStore,
-    settings: Settings,
-    input_location: str,
-    *,
-    tenant: str = "default",
-    model: str | None = None,
-    input_format: InputFormat = "openai",
-    output_location: str | None = None,
-    error_location: str | None = None,
-    completion_window_s: float | None = 24 * 3600,
-    metadata: dict[str, str] | None = None,
-    endpoint: str = EMBEDDINGS_URL,
-) -> Job:
-    """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out.
-    Its spools live in ``<state_dir>/jobs/<id>``."""
-    from headrace.jobs.store import new_job_id
-
-    job_id = new_job_id()
-    now = datetime.now(UTC)
-    return store.create(
-        id=job_id,
-        tenant=tenant,
-        endpoint=endpoint,
-        model=model or settings.model,
-        input_location=input_location,
-        input_format=input_format,
-        output_location=output_location,
-        error_location=error_location,
-        spool_dir=str((settings.state_dir / "jobs" / job_id).resolve()),
-        expires_at=now + timedelta(seconds=completion_window_s) if completion_window_s else None,
-        metadata=metadata or {},
-    )
-
-
-def start_detached(settings: Settings, job_id: str, truncate: bool = False) -> None:
-    """Run a job in a process of its own (``headrace batch run``), which outlives its
-    starter; its log is ``runner.log`` in the job's folder."""
-    log_dir = settings.state_dir / "jobs" / job_id
-    log_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "headrace.ops.cli", "batch", "run", job_id]
-    if truncate:
-        argv.append("--truncate")
-    with open(log_dir / "runner.log", "ab") as log_file:
-        subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

@@ -5,8 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headrace.schemas.errors import UnknownModelError
+
+if TYPE_CHECKING:
+    from headrace.config.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -57,3 +61,11 @@ def model_spec(name: str) -> ModelSpec:
     if factory is None:
         raise UnknownModelError(f"unknown model {name!r}; known: {', '.join(known_models())}")
     return factory()
+
+
+def served_models(settings: Settings) -> dict[str, int]:
+    """The models a pipeline with ``settings`` serves, with their max tokens: the one it is
+    configured for, when headrace knows it (one model per pipeline: its topic prefix)."""
+    if settings.model not in _FACTORIES:
+        return {}
+    return {settings.model: model_spec(settings.model).max_tokens}

@@ -92,7 +92,7 @@ def _print_services(services: list) -> None:  # type: ignore[type-arg]
 @app.command()
 def dispatcher(log_level: str = "INFO") -> None:
     """Run the dispatcher: bucket topics -> batches -> Celery queues."""
-    from headrace.workers.dispatcher import Dispatcher
+    from headrace.workers.dispatcher.shell import Dispatcher
 
     _logging(log_level)
     service = Dispatcher(Settings())
@@ -225,7 +225,7 @@ def cache_invalidate(
 
     from headrace.schemas.cache import Invalidation
     from headrace.schemas.topics import Topics
-    from headrace.transport.kafka import clients as kafka_clients
+    from headrace.transport import open_transport
 
     try:
         record = Invalidation(
@@ -241,10 +241,12 @@ def cache_invalidate(
         raise typer.Exit(2) from exc
     settings = Settings()
     topic = Topics(settings.topic_prefix).invalidate
-    kafka_clients.ensure_topics(settings, [topic], partitions=1)
-    producer = kafka_clients.producer(settings)
-    producer.send(topic, record.model_dump_json().encode()).get(timeout=30)
-    producer.close()
+    transport = open_transport(settings)
+    transport.ensure_topics([topic], partitions=1)
+    writer = transport.writer(delivery_timeout_s=30)
+    writer.send(topic, record.model_dump_json().encode())
+    writer.flush()
+    writer.close()
     console.print(f"sent to {topic}: {record.model_dump_json(exclude_defaults=True)}")
 
 

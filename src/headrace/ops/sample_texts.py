@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from headrace.producers.tokens import count_tokens
+from headrace.models.tokenizer import count_tokens
 
 _WORDS = [
     "the",

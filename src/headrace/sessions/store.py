@@ -23,10 +23,9 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import redis
-import zstandard
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
+from headrace.connections import ZstdObjects
 from headrace.schemas.messages import Identifier
 
 APPEND_RETRIES = 16
@@ -92,8 +91,7 @@ class SessionStore:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.redis = client
-        self.s3 = s3
-        self.bucket = bucket
+        self.archive = ZstdObjects(s3, bucket)
         self.prefix = prefix
         self.ttl_ms = int(ttl_s * 1000)
         self.clock = clock
@@ -102,8 +100,6 @@ class SessionStore:
         self._cas = self.redis.register_script(_CAS_SET)
         self._restore = self.redis.register_script(_RESTORE)
         self._delete_if = self.redis.register_script(_DELETE_IF)
-        self._zc = zstandard.ZstdCompressor(level=3)
-        self._zd = zstandard.ZstdDecompressor()
 
     def _key(self, tenant: str, session_id: str) -> str:
         return f"{self.prefix}:session:{tenant}:{session_id}"
@@ -130,14 +126,11 @@ class SessionStore:
         return session.model_copy(deep=True)
 
     def _from_archive(self, tenant: str, session_id: str) -> Session:
-        try:
-            obj = self.s3.get_object(Bucket=self.bucket, Key=self._object(tenant, session_id))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
-                return Session(tenant=tenant, session_id=session_id)
-            raise
+        raw = self.archive.get(self._object(tenant, session_id))
+        if raw is None:
+            return Session(tenant=tenant, session_id=session_id)
         self.stats["s3"] += 1
-        session = Session.model_validate_json(self._zd.decompress(obj["Body"].read()))
+        session = Session.model_validate_json(raw)
         held = self._restore(
             keys=[self._key(tenant, session_id)],
             args=[session.version, session.model_dump_json(), self.ttl_ms],
@@ -196,17 +189,9 @@ class SessionStore:
             session = Session.model_validate_json(body)
             if now - session.updated_at < idle_s:
                 continue
-            self._ensure_bucket()
-            self.s3.put_object(
-                Bucket=self.bucket,
-                Key=self._object(session.tenant, session.session_id),
-                Body=self._zc.compress(body if isinstance(body, bytes) else body.encode()),
+            self.archive.put(
+                self._object(session.tenant, session.session_id),
+                body if isinstance(body, bytes) else body.encode(),
             )
             moved += int(self._delete_if(keys=[key], args=[session.version]))
         return moved
-
-    def _ensure_bucket(self) -> None:
-        try:
-            self.s3.head_bucket(Bucket=self.bucket)
-        except ClientError:
-            self.s3.create_bucket(Bucket=self.bucket)

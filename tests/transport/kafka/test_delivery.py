@@ -14,8 +14,8 @@ import pytest
 
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
+from headrace.transport import open_transport
 from headrace.transport.kafka import clients as kafka_clients
-from headrace.transport.kafka.delivery import reliable_producer
 from tests.conftest import DURABLE_BROKER
 from tests.integration.topics import read_topic
 
@@ -33,7 +33,7 @@ def test_flushed_records_survive_broker_restarts_exactly_once(
     )
     topic = f"{settings.topic_prefix}.records"
     kafka_clients.ensure_topics(settings, [topic], partitions=1)
-    producer = reliable_producer(settings, timeout_s=60)
+    producer = open_transport(settings).writer(60)
     restarts_done = threading.Event()
 
     def restart() -> None:  # while records are in flight: the case that loses a batch

@@ -13,10 +13,17 @@ from kafka.errors import TopicAlreadyExistsError
 from headrace.config.settings import Settings
 
 # tansu holds JoinGroup for about the rebalance timeout: keep these short (ENVIRONMENT.md).
-GROUP_TIMEOUTS: dict[str, int] = {
+TANSU_GROUP_TIMEOUTS: dict[str, int] = {
     "max_poll_interval_ms": 5000,
     "session_timeout_ms": 6000,
     "heartbeat_interval_ms": 1000,
+}
+# Apache Kafka: a member that stops polling for 30 s leaves the group (the poll loops here
+# never block that long); a dead one is seen within 10 s.
+KAFKA_GROUP_TIMEOUTS: dict[str, int] = {
+    "max_poll_interval_ms": 30_000,
+    "session_timeout_ms": 10_000,
+    "heartbeat_interval_ms": 3000,
 }
 
 
@@ -54,16 +61,24 @@ def producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     return KafkaProducer(**options)
 
 
-def consumer(settings: Settings, *topics: str, **overrides: Any) -> KafkaConsumer:
-    options: dict[str, Any] = {
+def consumer_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    """KafkaConsumer options for ``settings``' broker: tansu starts with the busy fetch wait
+    (readers tune it as they go), Apache Kafka waits ``kafka_fetch_wait_kafka_ms``."""
+    tansu = settings.broker_flavor == "tansu"
+    return {
         **settings.kafka_options(),
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
-        "fetch_max_wait_ms": settings.kafka_fetch_wait_busy_ms,
-        **GROUP_TIMEOUTS,
+        "fetch_max_wait_ms": (
+            settings.kafka_fetch_wait_busy_ms if tansu else settings.kafka_fetch_wait_kafka_ms
+        ),
+        **(TANSU_GROUP_TIMEOUTS if tansu else KAFKA_GROUP_TIMEOUTS),
         **overrides,
     }
-    return KafkaConsumer(*topics, **options)
+
+
+def consumer(settings: Settings, *topics: str, **overrides: Any) -> KafkaConsumer:
+    return KafkaConsumer(*topics, **consumer_options(settings, **overrides))
 
 
 def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | None = None) -> None:

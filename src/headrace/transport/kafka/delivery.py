@@ -1,4 +1,5 @@
-"""A Kafka producer wrapper that gets records to the broker or says clearly that it could not.
+"""``Writer`` on kafka-python's producer: it gets records to the broker or says clearly that
+it could not.
 
 kafka-python's idempotent producer turns some broker errors into a *fatal* state (seen with
 tansu while its S3 store was down: ``UnknownError`` → "Aborting producer batches due to fatal
@@ -15,17 +16,19 @@ only the records not found are sent again, so neither a loss nor a duplicate fol
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaError, KafkaTimeoutError
 
-from headrace.config.settings import Settings
-from headrace.transport.kafka import clients as kafka_clients
-from headrace.transport.kafka.scan import records_after
+from headrace.transport.base import Delivered, DeliveryError, Record, TransportError
+from headrace.transport.kafka import fixes
+from headrace.transport.kafka.diagnostics import producer_state
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +36,8 @@ BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
 PRUNE_AT = 10_000
 
 
-class DeliveryError(RuntimeError):
-    """Records the broker did not acknowledge within the delivery timeout."""
-
-
-class _Record(Protocol):
-    key: bytes | None
-    value: bytes
-
-
 # (topic, partition, first offset or None for the partition's first) -> its records to the end
-ReadBack = Callable[[str, int, int | None], Iterable[_Record]]
+ReadBack = Callable[[str, int, int | None], Iterable[Record]]
 
 
 @dataclass
@@ -71,34 +65,54 @@ class ReliableProducer:
         self.uncertain = 0  # acknowledgements without an offset, checked by reading back
 
     def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        future = self.producer.send(topic, key=key, value=value)
+        fixes.track_topic(self.producer, topic)
+        try:
+            future = self.producer.send(topic, key=key, value=value)
+        except KafkaError as exc:  # no metadata for the topic within max_block_ms, ...
+            raise TransportError(f"cannot send to {topic!r}: {exc!r}") from exc
         self._sent.append(_Sent(topic, key, value, future))
         if len(self._sent) >= PRUNE_AT:  # callers that rarely flush: forget the delivered
             self._sent = [s for s in self._sent if not _surely_stored(s)]
 
-    def flush(self) -> None:
+    def flush(self) -> list[Delivered]:
+        """Where each record sent since the last flush landed. Records still unanswered at
+        the timeout stay pending (never sent twice from here) and DeliveryError says so;
+        records the broker refused are sent again on a fresh producer until then."""
         deadline = time.monotonic() + self.timeout_s
         attempt = 0
+        delivered: list[Delivered] = []
         while True:
             pending, self._sent = self._sent, []
-            self.producer.flush(timeout=max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(KafkaTimeoutError):  # some are still unanswered
+                self.producer.flush(timeout=max(0.1, deadline - time.monotonic()))
+            waiting = [s for s in pending if not s.future.is_done]
             acked = [s for s in pending if s.future.is_done and s.future.succeeded()]
-            failed = [s for s in pending if not (s.future.is_done and s.future.succeeded())]
+            failed = [s for s in pending if s.future.is_done and not s.future.succeeded()]
             unsure = self._note_offsets(acked)
-            failed += self._not_stored(unsure)
-            if not failed:
-                return
-            error = (
-                failed[0].future.exception
-                if failed[0].future.is_done and failed[0].future.failed()
-                else "no offset"
-                if failed[0].future.is_done
-                else "timeout"
-            )
+            lost = self._not_stored(unsure)
+            failed += lost
+            lost_ids = {id(s) for s in lost}
+            delivered += [_delivered(s) for s in acked if id(s) not in lost_ids]
+            if not failed and not waiting:
+                return delivered
             if time.monotonic() >= deadline:
-                self._sent = failed
-                raise DeliveryError(f"{len(failed)} records not delivered: {error!r}")
-            log.warning("%d records not delivered (%r); sending them again", len(failed), error)
+                for s in waiting[:3]:
+                    log.warning(
+                        "unanswered record for %s: %s",
+                        s.topic,
+                        producer_state(self.producer, s.future),
+                    )
+                self._sent = waiting + failed
+                raise DeliveryError(
+                    f"{len(waiting)} records unanswered and {len(failed)} refused after "
+                    f"{self.timeout_s:.0f}s: {_error(failed)!r}"
+                )
+            if waiting:  # in flight on this producer: wait for them, send nothing again
+                self._sent = waiting + failed
+                continue
+            log.warning(
+                "%d records not delivered (%r); sending them again", len(failed), _error(failed)
+            )
             time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
             attempt += 1
             self._replace()
@@ -171,18 +185,19 @@ class ReliableProducer:
         self.producer.close(timeout=timeout_s)
 
 
+def _error(failed: list[_Sent]) -> object:
+    if not failed:
+        return "timeout"
+    future = failed[0].future
+    return future.exception if future.failed() else "no offset"
+
+
+def _delivered(sent: _Sent) -> Delivered:
+    """Where the broker put it (offset -1: acknowledged without one, found on read-back)."""
+    meta = sent.future.value
+    return Delivered(sent.topic, meta.partition, meta.offset, sent.key)
+
+
 def _surely_stored(sent: _Sent) -> bool:
     f = sent.future
     return bool(f.is_done and f.succeeded() and f.value.offset >= 0)
-
-
-def reliable_producer(settings: Settings, timeout_s: float, **overrides: Any) -> ReliableProducer:
-    """A ReliableProducer on ``settings``' broker that checks uncertain acknowledgements by
-    reading the partition back (``overrides``: KafkaProducer options)."""
-
-    def readback(topic: str, partition: int, offset: int | None) -> Iterable[_Record]:
-        return records_after(settings, topic, partition, offset)
-
-    return ReliableProducer(
-        lambda: kafka_clients.producer(settings, **overrides), timeout_s, readback=readback
-    )

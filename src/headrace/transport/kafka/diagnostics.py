@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition
 
 
@@ -39,4 +39,28 @@ def _fetcher_state(consumer: KafkaConsumer, tp: TopicPartition) -> dict[str, Any
         "parked_records": tp in fetcher._paused_partition_records,
         "next_records": None if current is None else (str(current.topic_partition), bool(current)),
         "pending_fetch_nodes": sorted(fetcher._nodes_with_pending_fetch_requests),
+    }
+
+
+def producer_state(producer: KafkaProducer, future: Any) -> dict[str, Any]:
+    """What kafka-python's producer holds for the partition of an unanswered record (its
+    ``send`` future): the partition's leader in the producer's metadata, whether it is
+    muted, the batches waiting and their attempts, and the leader's connection state."""
+    tp = getattr(getattr(future, "_produce_future", None), "topic_partition", None)
+    if tp is None:
+        return {}
+    cluster = getattr(producer, "_metadata", None)
+    accumulator = getattr(producer, "_accumulator", None)
+    leader = cluster.leader_for_partition(tp) if cluster is not None else None
+    batches = list(getattr(accumulator, "_batches", {}).get(tp, ()))
+    client = getattr(getattr(producer, "_sender", None), "_client", None)
+    return {
+        "partition": tp.partition,
+        "leader": leader,
+        "muted": tp in getattr(accumulator, "muted", set()),
+        "batches": [(b.attempts, b.record_count) for b in batches],
+        "ready": client.is_ready(leader) if client is not None and leader is not None else None,
+        "in_flight": client.in_flight_request_count(leader)
+        if client is not None and leader is not None and leader >= 0
+        else None,
     }

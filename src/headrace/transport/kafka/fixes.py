@@ -11,11 +11,20 @@ ones, that is forever: the dispatcher's consumer sat at offset 8,180 with its lo
 bucket's topic (seen every ~6,000 records of a bulk job, each time its backpressure paused
 and resumed the bucket). ``resume`` below clears the drained record set after resuming, so
 the parked records come back on the next poll.
+
+**A record that never leaves the producer** (kafka-python 3.0.12). A new producer's first
+metadata covers every topic, but only the topics it *tracks* are asked for afterwards, and
+each answer replaces what it knew. A send to a topic known only from that first answer is
+accepted without tracking it; if a send to another, new topic then refreshes the metadata,
+the first topic's leader is forgotten and its batch waits for a leader that no refresh will
+bring (seen: a dispatcher's dead letter, sent just before an error reply to a reply topic
+created after the dispatcher started, stayed unanswered until the process ended).
+``track_topic`` makes the producer track a topic before the first record is sent to it.
 """
 
 from __future__ import annotations
 
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition
 
 
@@ -27,3 +36,12 @@ def resume(consumer: KafkaConsumer, *partitions: TopicPartition) -> None:
     current = getattr(fetcher, "_next_partition_records", None)
     if current is not None and not current:  # drained: nothing is lost by dropping it
         fetcher._next_partition_records = None  # type: ignore[union-attr]
+
+
+def track_topic(producer: KafkaProducer, topic: str) -> None:
+    """Make ``producer`` keep ``topic`` in every metadata refresh (see above). Cheap when it
+    already does; call it before the first send to a topic."""
+    sender = getattr(producer, "_sender", None)
+    tracked = getattr(getattr(producer, "_metadata", None), "_topics", None)
+    if sender is not None and tracked is not None and topic not in tracked:
+        sender.add_topic(topic)

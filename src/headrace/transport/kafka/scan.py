@@ -14,10 +14,10 @@ import time
 from collections.abc import Iterator
 
 from kafka import KafkaConsumer
-from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import TopicPartition
 
 from headrace.config.settings import Settings
+from headrace.transport.base import Record
 from headrace.transport.kafka import clients as kafka_clients
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def records_from_start(
     settings: Settings, topic: str, stall_timeout_s: float = 15.0
-) -> Iterator[ConsumerRecord]:
+) -> Iterator[Record]:
     """Yield every record of ``topic`` up to the log end its first fetch saw. Gives up (with
     a warning) only if nothing comes for ``stall_timeout_s`` while some are still missing."""
     consumer = kafka_clients.consumer(settings, group_id=None)
@@ -41,7 +41,7 @@ def records_from_start(
 
 def records_after(
     settings: Settings, topic: str, partition: int, offset: int | None, stall_timeout_s: float = 5.0
-) -> Iterator[ConsumerRecord]:
+) -> Iterator[Record]:
     """Yield the records of one partition from ``offset`` (None: its first) up to the log end
     its first fetch saw."""
     consumer = kafka_clients.consumer(settings, group_id=None)
@@ -53,7 +53,7 @@ def records_after(
 
 def _read(
     consumer: KafkaConsumer, starts: dict[TopicPartition, int | None], stall_timeout_s: float
-) -> Iterator[ConsumerRecord]:
+) -> Iterator[Record]:
     tps = list(starts)
     consumer.assign(tps)
     for tp, offset in starts.items():
@@ -73,7 +73,7 @@ def _read(
         for tp, records in polled.items():
             for record in records:
                 if record.offset < ends.get(tp, record.offset + 1):
-                    yield record
+                    yield Record(tp.topic, tp.partition, record.offset, record.key, record.value)
         left = [tp for tp in tps if tp not in ends or consumer.position(tp) < ends[tp]]
         if not left:
             return

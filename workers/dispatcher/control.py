@@ -10,37 +10,28 @@ from __future__ import annotations
 
 import logging
 
-from kafka.structs import OffsetAndMetadata, TopicPartition
 from pydantic import ValidationError
 
 from headrace.config.settings import Settings
 from headrace.schemas.messages import Control
 from headrace.schemas.topics import Topics
-from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.base import Partition, Transport
 
 log = logging.getLogger(__name__)
 
 
 class ControlReader:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, transport: Transport, settings: Settings) -> None:
         topic = Topics(settings.topic_prefix).control
-        kafka_clients.ensure_topics(settings, [topic], partitions=1)
-        self._consumer = kafka_clients.consumer(
-            settings,
-            group_id=f"{settings.topic_prefix}.control",
-            # a consumer's fetches run in the background: an eager wait here cost the
-            # dispatcher's process a quarter of a core (measured); a cancel can wait 100 ms
-            fetch_max_wait_ms=settings.kafka_fetch_wait_busy_ms,
-        )
-        parts = self._consumer.partitions_for_topic(topic) or {0}
-        self._partitions = [TopicPartition(topic, p) for p in sorted(parts)]
-        self._consumer.assign(self._partitions)
+        transport.ensure_topics([topic], partitions=1)
+        self._reader = transport.reader(f"{settings.topic_prefix}.control")
+        self._partitions: list[Partition] = self._reader.assign([topic], start="committed")
         self._dirty = False
 
     def poll(self) -> list[Control]:
         """Control records that arrived since the last call; never blocks."""
         out: list[Control] = []
-        for records in self._consumer.poll(timeout_ms=0).values():
+        for records in self._reader.poll(timeout_ms=0).values():
             for record in records:
                 try:
                     out.append(Control.model_validate_json(record.value))
@@ -52,14 +43,12 @@ class ControlReader:
     def commit(self) -> None:
         if not self._dirty:
             return
-        offsets = {
-            tp: OffsetAndMetadata(self._consumer.position(tp), "", -1) for tp in self._partitions
-        }
-        self._consumer.commit_async(offsets)
+        positions = {p: self._reader.position(p) for p in self._partitions}
+        self._reader.commit({p: o for p, o in positions.items() if o is not None}, sync=False)
         self._dirty = False
 
     def close(self) -> None:
         try:
             self.commit()
         finally:
-            self._consumer.close(autocommit=False)
+            self._reader.close()

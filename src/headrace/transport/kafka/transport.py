@@ -1,0 +1,92 @@
+"""The kafka-python transport (the default): readers, writers, topic admin and scans on
+kafka-python 3.0.12, with every client and broker workaround in this package.
+
+``broker_flavor`` says which broker is on the other side. ``tansu`` (the local stack's)
+turns on what only tansu needs: fetch waits that follow the owner's hints, the stalled-fetch
+watch and group rejoin in readers, and reading a partition back after an acknowledgement
+without an offset in writers. ``kafka`` (Apache Kafka) turns them off.
+
+The kafka-python workarounds (``fixes``, ``diagnostics``, ``clients.set_fetch_wait``) reach
+into that client's internals, so the version is checked when a transport opens: another
+version fails at once with a message saying what to install, never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import kafka
+from kafka.errors import KafkaError
+
+from headrace.config.settings import Settings
+from headrace.transport.base import (
+    Partition,
+    Record,
+    Reset,
+    TransportError,
+    UnsupportedClientError,
+)
+from headrace.transport.kafka import clients
+from headrace.transport.kafka.delivery import ReliableProducer
+from headrace.transport.kafka.reader import KafkaReader
+from headrace.transport.kafka.scan import records_after, records_from_start
+
+SUPPORTED_VERSIONS = ("3.0.12",)
+
+
+def check_client_version(version: str | None = None) -> None:
+    found = version if version is not None else getattr(kafka, "__version__", "unknown")
+    if found not in SUPPORTED_VERSIONS:
+        raise UnsupportedClientError(
+            f"kafka-python {found} is installed; headrace's kafka transport is written for "
+            f"{', '.join(SUPPORTED_VERSIONS)} (its workarounds use that version's internals): "
+            f"pip install 'kafka-python=={SUPPORTED_VERSIONS[-1]}'"
+        )
+
+
+class KafkaTransport:
+    def __init__(self, settings: Settings) -> None:
+        check_client_version()
+        self.settings = settings
+        self.tansu = settings.broker_flavor == "tansu"
+
+    def reader(
+        self,
+        group_id: str | None = None,
+        *,
+        reset: Reset = "beginning",
+        max_poll_records: int = 500,
+        busy: Callable[[Partition], bool] | None = None,
+    ) -> KafkaReader:
+        return KafkaReader(
+            self.settings, group_id, reset=reset, max_poll_records=max_poll_records, busy=busy
+        )
+
+    def writer(self, delivery_timeout_s: float, *, idempotent: bool = False) -> ReliableProducer:
+        settings = self.settings
+        overrides = {"enable_idempotence": True} if idempotent else {}
+
+        def readback(topic: str, partition: int, offset: int | None) -> Iterator[Record]:
+            return records_after(settings, topic, partition, offset)
+
+        return ReliableProducer(
+            lambda: clients.producer(settings, **overrides),
+            delivery_timeout_s,
+            readback=readback if self.tansu else None,
+        )
+
+    def ensure_topics(self, names: Sequence[str], partitions: int | None = None) -> None:
+        try:
+            clients.ensure_topics(self.settings, names, partitions)
+        except KafkaError as exc:
+            raise TransportError(f"cannot create topics {list(names)}: {exc!r}") from exc
+
+    def scan(
+        self, topic: str, partition: int | None = None, start: int | None = None
+    ) -> Iterator[Record]:
+        if partition is None:
+            return records_from_start(self.settings, topic)
+        return records_after(self.settings, topic, partition, start)
+
+    def close(self) -> None:
+        """Each reader and writer holds its own connections."""

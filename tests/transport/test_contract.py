@@ -1,0 +1,156 @@
+"""The transport seam's contract, held by both implementations: kafka-python against the
+real broker (tansu), and the in-process one the unit tests use. What a unit test on the
+memory transport relies on is checked here against the real thing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from headrace.config.settings import Settings
+from headrace.transport import Partition, Reader, Record, Transport, open_transport
+from headrace.transport.memory import MemoryTransport
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=["memory", "kafka"])
+def transport(request: pytest.FixtureRequest) -> Iterator[Transport]:
+    if request.param == "memory":
+        yield MemoryTransport()
+    else:
+        request.getfixturevalue("stack")  # the local stack's tansu
+        yield open_transport(Settings())
+
+
+@pytest.fixture
+def topic(transport: Transport) -> str:
+    name = f"t-contract-{uuid.uuid4().hex[:8]}"
+    transport.ensure_topics([name], partitions=1)
+    return name
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.assignments: list[list[Partition]] = []
+
+    def assigned(self, partitions: list[Partition]) -> None:
+        self.assignments.append(partitions)
+
+    def revoked(self, partitions: list[Partition]) -> None:
+        pass
+
+    def lost(self, partitions: list[Partition]) -> None:
+        pass
+
+
+def values(reader: Reader, count: int, timeout_s: float = 20) -> list[bytes]:
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < count and time.monotonic() < deadline:
+        reader.expect(awaited=True)
+        for records in reader.poll(100).values():
+            out += [r.value for r in records]
+    return out
+
+
+def joined(reader: Reader, timeout_s: float = 20) -> set[Partition]:
+    """Poll until the group has assigned partitions and their positions are known."""
+    deadline = time.monotonic() + timeout_s
+    while not reader.assignment() and time.monotonic() < deadline:
+        reader.poll(100)
+    assignment = reader.assignment()
+    for partition in assignment:
+        reader.position(partition)
+    return assignment
+
+
+def write(transport: Transport, topic: str, *payloads: bytes) -> list[int]:
+    writer = transport.writer(10)
+    try:
+        for p in payloads:
+            writer.send(topic, p, key=p)
+        return [d.offset for d in writer.flush()]
+    finally:
+        writer.close()
+
+
+def test_a_flush_says_where_records_landed_and_a_scan_reads_them_back(
+    transport: Transport, topic: str
+) -> None:
+    offsets = write(transport, topic, b"a", b"b", b"c")
+    assert offsets == [0, 1, 2]
+    scanned: list[Record] = list(transport.scan(topic))
+    assert [(r.offset, r.key, r.value) for r in scanned] == [
+        (0, b"a", b"a"),
+        (1, b"b", b"b"),
+        (2, b"c", b"c"),
+    ]
+    assert [r.value for r in transport.scan(topic, partition=0, start=1)] == [b"b", b"c"]
+
+
+def test_an_assigned_reader_starts_where_asked_and_seeks(transport: Transport, topic: str) -> None:
+    write(transport, topic, b"old")
+    from_end, from_start = transport.reader(), transport.reader()
+    try:
+        assert from_end.assign([topic], start="end") == [(topic, 0)]
+        from_start.assign([topic], start="beginning")
+        write(transport, topic, b"new")
+        assert values(from_end, 1) == [b"new"]
+        assert values(from_start, 2) == [b"old", b"new"]
+        from_start.seek((topic, 0), 1)
+        assert values(from_start, 1) == [b"new"]
+        assert from_start.position((topic, 0)) == 2
+    finally:
+        from_end.close()
+        from_start.close()
+
+
+def test_a_paused_partition_yields_nothing_until_resumed(transport: Transport, topic: str) -> None:
+    reader = transport.reader()
+    try:
+        reader.assign([topic], start="beginning")
+        reader.pause([(topic, 0)])
+        write(transport, topic, b"held")
+        assert values(reader, 1, timeout_s=1.5) == []
+        reader.resume([(topic, 0)])
+        assert values(reader, 1) == [b"held"]
+    finally:
+        reader.close()
+
+
+def test_a_group_member_is_assigned_and_a_successor_starts_at_the_commit(
+    transport: Transport, topic: str
+) -> None:
+    group = f"{topic}.group"
+    write(transport, topic, b"one", b"two")
+    first, listener = transport.reader(group), Listener()
+    first.subscribe([topic], listener)
+    try:
+        assert values(first, 2) == [b"one", b"two"]
+        assert listener.assignments == [[(topic, 0)]]
+        assert first.assignment() == {(topic, 0)}
+        first.commit({(topic, 0): 1})  # "two" is not done
+    finally:
+        first.close()
+    second = transport.reader(group)
+    second.subscribe([topic], Listener())
+    try:
+        assert values(second, 1) == [b"two"]
+    finally:
+        second.close()
+
+
+def test_a_group_without_a_commit_starts_where_reset_says(transport: Transport, topic: str) -> None:
+    write(transport, topic, b"before")
+    reader = transport.reader(f"{topic}.late", reset="end")
+    reader.subscribe([topic], Listener())
+    try:
+        assert joined(reader) == {(topic, 0)}
+        write(transport, topic, b"after")
+        assert values(reader, 1) == [b"after"]
+    finally:
+        reader.close()

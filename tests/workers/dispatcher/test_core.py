@@ -1,0 +1,312 @@
+"""The dispatcher's delivery rules, driven through its core with events and a fake clock:
+no broker, no Redis, no worker. The real-service fault suite (tests/faults) proves the
+shell around it."""
+
+from __future__ import annotations
+
+from headrace.schemas.errors import ErrorCode
+from headrace.workers.dispatcher import events as ev
+from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of, ref
+
+P16 = (TOPICS.requests(16), 0)
+
+
+def committed(actions: list[ev.Action], partition: tuple[str, int] = P16) -> int:
+    """The highest offset committed for ``partition`` in ``actions`` (-1: none)."""
+    return max((c.offsets.get(partition, -1) for c in of(ev.Commit, actions)), default=-1)
+
+
+# --- batching ---------------------------------------------------------------------------------
+
+
+def test_a_lone_request_goes_out_at_once_when_a_worker_is_idle() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("r1"))
+    [send] = of(ev.SendBatch, rig.tick())
+    assert ids(send) == ["r1"]
+    assert (send.queue, send.batch.bucket, send.batch.attempt) == ("t.b16", 16, 1)
+    assert (send.real_tokens, send.padded_tokens) == (8, 8)
+
+
+def test_without_an_idle_worker_a_batch_waits_max_wait_from_its_first_arrival() -> None:
+    rig = Rig()
+    rig.read(rig.request("r1"))
+    assert not of(ev.SendBatch, rig.tick(0.010))
+    rig.read(rig.request("r2"))
+    assert not of(ev.SendBatch, rig.tick(0.009))
+    [send] = of(ev.SendBatch, rig.tick(0.002))
+    assert ids(send) == ["r1", "r2"]
+
+
+def test_a_batch_closes_at_its_padded_token_budget() -> None:
+    rig = Rig(max_batch_tokens=64)  # rows x longest: 8 rows of 8 tokens
+    rig.read(*[rig.request(f"r{i}") for i in range(9)])
+    [send] = of(ev.SendBatch, rig.tick())
+    assert ids(send) == [f"r{i}" for i in range(8)]
+    [rest] = of(ev.SendBatch, rig.tick(0.03))
+    assert ids(rest) == ["r8"]
+
+
+def test_the_in_flight_limit_holds_batches_back_and_pauses_the_bucket() -> None:
+    rig = Rig(max_inflight_batches_per_bucket=1)
+    rig.workers()
+    rig.read(*[rig.request(f"r{i}") for i in range(16)])
+    out = rig.tick()
+    [first] = of(ev.SendBatch, out)
+    assert ev.SetPaused(TOPICS.requests(16), True) in out
+    assert rig.core.topic_busy(TOPICS.requests(16))
+    assert not of(ev.SendBatch, rig.tick(1))
+    rig.complete(first)
+    out = rig.tick()
+    [second] = of(ev.SendBatch, out)
+    assert ids(second) == [f"r{i}" for i in range(8, 16)]
+    assert ev.SetPaused(TOPICS.requests(16), False) in out
+
+
+# --- offsets --------------------------------------------------------------------------------
+
+
+def test_an_offset_is_committed_only_once_every_request_below_it_is_answered() -> None:
+    rig = Rig()
+    rig.workers()
+    records = [rig.request(f"r{i}") for i in range(3)]
+    rig.read(*records)
+    [send] = of(ev.SendBatch, rig.tick())
+    assert committed(rig.tick(0.2)) <= 0
+    rig.complete(send, only=["r1", "r2"])  # r0 still computing
+    assert committed(rig.tick(0.2)) <= 0
+    rig.complete(send, only=["r0"])
+    assert committed(rig.tick(0.2)) == 3
+
+
+def test_a_second_record_of_a_waiting_request_is_answered_with_the_first() -> None:
+    rig = Rig()
+    rig.workers()
+    first, again = rig.request("r1"), rig.request("r1")
+    rig.read(first, again)
+    [send] = of(ev.SendBatch, rig.tick())
+    assert ids(send) == ["r1"] and rig.core.stats.duplicates == 1
+    rig.complete(send)
+    assert committed(rig.tick(0.2)) == 2
+
+
+def test_records_after_a_gap_are_read_again_from_where_it_began() -> None:
+    rig = Rig()
+    rig.read(rig.request("r0"))
+    rig.next_offset[TOPICS.requests(16)] = 5  # offsets 1..4 never came
+    out = rig.read(rig.request("r5"))
+    assert out == [ev.Seek(P16, 1)]
+    plain = Rig(contiguous_offsets=False)  # Apache Kafka: transactional producers leave gaps
+    plain.read(plain.request("r0"))
+    plain.next_offset[TOPICS.requests(16)] = 5
+    assert not of(ev.Seek, plain.read(plain.request("r5")))
+
+
+def test_partitions_revoked_commit_what_is_done_and_drop_what_waits() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("r0"))
+    [send] = of(ev.SendBatch, rig.tick())
+    rig.complete(send)
+    rig.read(rig.request("r1"))  # waits in its batcher
+    out = rig.handle(ev.PartitionsRevoked([P16]))
+    assert out == [ev.Commit({P16: 1}, sync=True)]
+    assert not of(ev.SendBatch, rig.tick(1))  # its new owner reads r1 again
+
+
+# --- answers the dispatcher gives itself ------------------------------------------------------
+
+
+def test_a_malformed_record_is_dead_lettered_and_its_offset_waits_for_the_flush() -> None:
+    rig = Rig()
+    [answer] = of(ev.Answer, rig.read(rig.raw(b"{not json")))
+    assert answer.error.code is ErrorCode.invalid_json
+    assert answer.dead_letter is not None and answer.reply_to is None
+    assert not answer.may_defer
+    assert committed(rig.tick(0.2)) <= 0  # not before the broker has the dead letter
+    rig.delivered(answer)
+    assert committed(rig.tick(0.2)) == 1
+
+
+def test_a_record_of_the_wrong_schema_is_answered_where_it_says() -> None:
+    rig = Rig()
+    raw = b'{"request_id": "x1", "tenant": "acme", "reply_to": "t.replies.default", "input": 5}'
+    [answer] = of(ev.Answer, rig.read(rig.raw(raw)))
+    assert answer.error.code is ErrorCode.invalid_schema
+    assert (answer.reply_to, answer.key) == ("t.replies.default", ("acme", "x1"))
+
+
+def test_an_expired_request_is_answered_unless_a_worker_holds_it() -> None:
+    rig = Rig()
+    rig.workers()
+    record = rig.expired("r1")
+    [answer] = of(ev.Answer, rig.read(record))
+    assert answer.error.code is ErrorCode.deadline_exceeded and answer.may_defer
+    rig.handle(ev.AnswerDeferred(ref(record)))  # a worker has it: queued like any other
+    [send] = of(ev.SendBatch, rig.tick())
+    assert ids(send) == ["r1"]
+
+
+def test_an_unknown_model_is_answered_at_once() -> None:
+    rig = Rig()
+    [answer] = of(ev.Answer, rig.read(rig.request("r1", model="other")))
+    assert answer.error.code is ErrorCode.unknown_model
+
+
+def test_cancelled_before_its_record_is_read_it_is_never_batched() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.handle(ev.Cancelled([("acme", "r1")]))
+    [answer] = of(ev.Answer, rig.read(rig.request("r1")))
+    assert answer.error.code is ErrorCode.cancelled
+    assert not of(ev.SendBatch, rig.tick(1))
+
+
+def test_cancelled_while_it_waits_it_leaves_its_batch() -> None:
+    rig = Rig()
+    rig.read(rig.request("r1"), rig.request("r2"))  # no worker: they wait max_wait
+    rig.handle(ev.Cancelled([("acme", "r1")]))
+    out = rig.tick(0.03)
+    [send] = of(ev.SendBatch, out)
+    assert ids(send) == ["r2"]
+    [answer] = of(ev.Answer, out)
+    assert (answer.key, answer.error.code) == (("acme", "r1"), ErrorCode.cancelled)
+
+
+def test_cancelled_while_it_computes_the_worker_answers_it() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("r1"))
+    [send] = of(ev.SendBatch, rig.tick())
+    assert rig.handle(ev.Cancelled([("acme", "r1")])) == []
+    rig.complete(send)  # the worker's reply says cancelled (its claim sees the cancel)
+    out = rig.tick(0.2)
+    assert not of(ev.Answer, out) and committed(out) == 1
+
+
+# --- workers that die, leases ---------------------------------------------------------------
+
+
+def test_a_worker_dying_mid_batch_settles_it_then_sends_the_rest_in_halves() -> None:
+    rig = Rig()
+    rig.workers({16: {"w1"}})
+    rig.read(*[rig.request(f"r{i}") for i in range(4)])
+    [send] = of(ev.SendBatch, rig.tick())
+    rig.workers({16: {"w1"}}, runners={send.batch.batch_id: "w1"})
+    [settle] = of(ev.Settle, rig.workers({16: {"w2"}}))  # w1 stopped beating
+    assert settle.dead_batch == send.batch.batch_id
+    assert settle.wanted == {"t.replies.default": frozenset(("acme", f"r{i}") for i in range(4))}
+    assert not of(ev.SendBatch, rig.tick(1))  # held while the reply topic is scanned
+    rig.handle(ev.Settled(settle.job_id, frozenset({("acme", "r0")})))  # r0 went out
+    sends = of(ev.SendBatch, rig.tick())
+    assert sorted(ids(s) for s in sends) == [["r1", "r2"], ["r3"]]
+    assert {s.batch.attempt for s in sends} == {2}
+
+
+def test_a_batch_no_worker_started_within_its_lease_is_sent_again_whole() -> None:
+    rig = Rig(lease_base_s=10)
+    rig.workers()
+    rig.read(rig.request("r1"), rig.request("r2"))
+    [first] = of(ev.SendBatch, rig.tick())
+    assert not of(ev.SendBatch, rig.tick(9.9))
+    [again] = of(ev.SendBatch, rig.tick(0.2))
+    assert ids(again) == ids(first) and again.batch.attempt == 1  # not the requests' fault
+
+
+def test_with_no_live_worker_for_its_bucket_a_lease_waits() -> None:
+    rig = Rig(lease_base_s=10)
+    rig.workers()
+    rig.read(rig.request("r1"))
+    of(ev.SendBatch, rig.tick())
+    rig.workers({})
+    assert not of(ev.SendBatch, rig.tick(30))
+
+
+def test_a_live_worker_keeps_its_batch_up_to_three_leases() -> None:
+    rig = Rig(lease_base_s=10)
+    rig.workers({16: {"w1"}})
+    rig.read(rig.request("r1"), rig.request("r2"))
+    [send] = of(ev.SendBatch, rig.tick())
+    rig.workers({16: {"w1"}}, runners={send.batch.batch_id: "w1"})
+    assert not of(ev.SendBatch, rig.tick(20.1))
+    sends = of(ev.SendBatch, rig.tick(10))
+    assert sorted(ids(s) for s in sends) == [["r1"], ["r2"]]  # a failed attempt: split
+
+
+def test_a_request_that_kills_its_worker_ends_alone_and_is_given_up_on() -> None:
+    rig = Rig(max_attempts=2)
+    rig.workers({16: {"w0"}})
+    rig.read(*[rig.request(f"r{i}") for i in range(4)])
+    queue = of(ev.SendBatch, rig.tick())
+    given_up: list[ev.Answer] = []
+    deaths = 0
+    while queue:
+        send = queue.pop(0)
+        if "r2" not in ids(send):
+            rig.complete(send)
+        else:  # r2 kills whichever worker computes it
+            deaths += 1
+            runner, successor = f"w{deaths - 1}", f"w{deaths}"
+            rig.workers({16: {runner}}, runners={send.batch.batch_id: runner})
+            [settle] = of(ev.Settle, rig.workers({16: {successor}}))
+            given_up += of(ev.Answer, rig.handle(ev.Settled(settle.job_id, frozenset())))
+        queue += of(ev.SendBatch, rig.tick())
+    [answer] = given_up
+    assert (answer.key, answer.error.code) == (("acme", "r2"), ErrorCode.redelivery_exhausted)
+    assert answer.dead_letter is not None
+    assert deaths == 4  # with 4 rows, then 2, then alone twice (max_attempts)
+    rig.delivered(answer)
+    assert committed(rig.tick(0.2)) == 4  # its batch-mates were answered
+
+
+# --- Redis away, back, lost -------------------------------------------------------------------
+
+
+def test_redis_away_holds_batches_without_turning_requests_away() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("r1"))
+    [send] = of(ev.SendBatch, rig.tick())
+    out = rig.handle(ev.BatchNotSent(send.batch.batch_id))  # the queue is Redis
+    assert ev.SetPaused(TOPICS.requests(16), True) in out
+    [again] = of(ev.SendBatch, rig.tick(6))  # first in line, tried on every pass ...
+    assert ids(again) == ["r1"] and again.batch.attempt == 1  # ... and not counted
+    rig.handle(ev.BatchNotSent(again.batch.batch_id))
+    rig.handle(ev.StateUnavailable("connection refused"))  # past degrade_after_s, but
+    assert not of(ev.Answer, rig.read(rig.request("r2")))  # unknown is not dead
+    rig.workers()  # Redis back
+    sends = of(ev.SendBatch, rig.tick(0.03))
+    assert sorted(ids(s) for s in sends) == [["r1"], ["r2"]]
+
+
+def test_redis_lost_its_data_what_was_answered_is_done_the_rest_goes_again() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("r1"), rig.request("r2"))
+    of(ev.SendBatch, rig.tick())
+    [settle] = of(ev.Settle, rig.handle(ev.StateLost()))
+    assert settle.dead_batch is None
+    rig.handle(ev.Settled(settle.job_id, frozenset({("acme", "r1")})))
+    [again] = of(ev.SendBatch, rig.tick())
+    assert ids(again) == ["r2"] and again.batch.attempt == 1
+
+
+def test_a_bucket_without_a_live_worker_for_degrade_after_s_answers_unavailable() -> None:
+    rig = Rig()
+    rig.tick(5.1)
+    [answer] = of(ev.Answer, rig.read(rig.request("r1")))
+    assert answer.error.code is ErrorCode.unavailable
+    queueing = Rig(degraded_fallback="queue")
+    queueing.tick(5.1)
+    assert not of(ev.Answer, queueing.read(queueing.request("r1")))
+
+
+def test_a_bucket_whose_model_keeps_failing_answers_unavailable_for_a_while() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(*[rig.request(f"r{i}") for i in range(4)])
+    [send] = of(ev.SendBatch, rig.tick())
+    rig.complete(send, failed=4)  # min_requests 4, every one a model error
+    [answer] = of(ev.Answer, rig.read(rig.request("r9")))
+    assert answer.error.code is ErrorCode.unavailable and "failing" in answer.error.message

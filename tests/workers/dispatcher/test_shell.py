@@ -1,0 +1,183 @@
+"""The dispatcher's shell on the in-process transport, with the ledger on the machine's real
+Redis (127.0.0.1:6379) and a recorder for the batch queue: it carries the core's actions out
+(batches, error replies, dead letters, commits), runs reply-topic scans off its poll thread,
+and reads cancellations from the control topic."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+
+from headrace.config.settings import Settings
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import (
+    Batch,
+    Completion,
+    Control,
+    DeadLetter,
+    EmbeddingResult,
+    Reply,
+    Request,
+)
+from headrace.schemas.topics import Topics
+from headrace.transport.memory import MemoryTransport
+from headrace.workers.dispatcher.shell import Dispatcher
+from headrace.workers.ledger import Ledger
+
+pytestmark = pytest.mark.timeout(60)
+MODEL = "all-MiniLM-L6-v2"
+
+
+class Queue:
+    """The batch queue: records what was sent; refuses while ``down``."""
+
+    def __init__(self) -> None:
+        self.sent: list[Batch] = []
+        self.down = False
+
+    def __call__(self, batch: Batch, queue: str) -> None:
+        if self.down:
+            raise redis.ConnectionError("the queue is down")
+        self.sent.append(batch)
+
+
+class Rig:
+    def __init__(self, **settings: object) -> None:
+        self.settings = Settings(
+            topic_prefix=f"t-shell-{uuid.uuid4().hex[:8]}",
+            worker_heartbeat_s=0.2,
+            **settings,  # type: ignore[arg-type]
+        )
+        self.topics = Topics(self.settings.topic_prefix)
+        self.reply_to = self.topics.replies("default")
+        self.transport = MemoryTransport()
+        self.ledger = Ledger(redis.Redis(port=6379), self.settings.topic_prefix, 60)
+        self.queue = Queue()
+        self.dispatcher = Dispatcher(
+            self.settings,
+            "d1",
+            transport=self.transport,
+            ledger=self.ledger,
+            send_batch=self.queue,
+        ).open()
+        self.writer = self.transport.writer(1)
+
+    def submit(self, request_id: str, **fields: object) -> Request:
+        request = Request(
+            request_id=request_id,
+            tenant="acme",
+            model=MODEL,
+            input=f"text {request_id}",
+            reply_to=self.reply_to,
+            token_count=4,
+            **fields,  # type: ignore[arg-type]
+        )
+        self.writer.send(self.topics.requests(16), request.model_dump_json().encode())
+        self.writer.flush()
+        return request
+
+    def until(self, done: Callable[[], bool], timeout_s: float = 15) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            self.ledger.heartbeat("w-live", [16])
+            self.dispatcher.step()
+
+    def committed(self) -> int | None:
+        return self.transport.broker.committed(
+            f"{self.settings.topic_prefix}.dispatcher", (self.topics.requests(16), 0)
+        )
+
+    def topic(self, name: str) -> list[bytes]:
+        return [r.value for r in self.transport.scan(name)]
+
+    def reply(self, request: Request) -> None:
+        """A worker's reply, as it lands on the reply topic."""
+        reply = Reply(
+            request_id=request.request_id,
+            tenant=request.tenant,
+            model=MODEL,
+            result=EmbeddingResult(embedding=[0.0], token_count=4),
+        )
+        self.writer.send(self.reply_to, reply.model_dump_json().encode())
+        self.writer.flush()
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    rig = Rig()
+    yield rig
+    rig.dispatcher.close()
+
+
+def test_a_request_becomes_a_batch_and_its_offset_is_committed_after_the_completion(
+    rig: Rig,
+) -> None:
+    request = rig.submit("r1")
+    rig.until(lambda: len(rig.queue.sent) == 1)
+    [batch] = rig.queue.sent
+    assert [i.request.request_id for i in batch.items] == [request.request_id]
+    assert rig.committed() in (None, 0)
+    done = Completion(batch_id=batch.batch_id, done=[batch.items[0].ref])
+    rig.ledger.finish_batch([("acme", "r1")], "d1", done)
+    rig.until(lambda: rig.committed() == 1)
+
+
+def test_an_expired_request_is_answered_and_a_malformed_one_dead_lettered(rig: Rig) -> None:
+    rig.submit("late", deadline=datetime.now(UTC) - timedelta(seconds=1))
+    rig.writer.send(rig.topics.requests(16), b"{not json")
+    rig.writer.flush()
+    rig.until(lambda: rig.committed() == 2)
+    [reply] = [Reply.model_validate_json(v) for v in rig.topic(rig.reply_to)]
+    assert reply.request_id == "late" and reply.error is not None
+    assert reply.error.code is ErrorCode.deadline_exceeded
+    [letter] = [DeadLetter.model_validate_json(v) for v in rig.topic(rig.topics.dead_letter)]
+    assert letter.code is ErrorCode.invalid_json and letter.original == "{not json"
+    assert rig.ledger.holders([("acme", "late")]) == ["answered"]
+    assert not rig.queue.sent
+
+
+def test_a_batch_the_queue_refused_goes_out_once_it_is_back(rig: Rig) -> None:
+    rig.queue.down = True
+    rig.submit("r1")
+    rig.until(lambda: rig.dispatcher.core.stats.batches >= 2)  # tried, refused, tried again
+    assert not rig.queue.sent
+    rig.queue.down = False
+    rig.until(lambda: len(rig.queue.sent) == 1)
+
+
+def test_a_dead_workers_batch_is_settled_off_the_poll_thread_then_sent_again(rig: Rig) -> None:
+    requests = [rig.submit(f"r{i}") for i in range(3)]
+    rig.until(lambda: len(rig.queue.sent) == 1)
+    [batch] = rig.queue.sent
+    # worker w1 took it, was sending r0's reply (which reached the topic), then died
+    keys = [("acme", r.request_id) for r in requests]
+    rig.ledger.heartbeat("w1", [16])
+    rig.ledger.claim(keys, owner=batch.batch_id, lease_ms=60_000, worker_id="w1")
+    rig.ledger.begin_send(keys[:1], owner=batch.batch_id, ttl_ms=60_000)
+    rig.reply(requests[0])
+    rig.until(lambda: len(rig.queue.sent) >= 2)  # w1 is silent past 3 heartbeats
+    resent = sorted(i.request.request_id for b in rig.queue.sent[1:] for i in b.items)
+    assert resent in (["r1", "r2"], ["r1"], ["r2"])
+    rig.until(lambda: len({i.request.request_id for b in rig.queue.sent[1:] for i in b.items}) == 2)
+    assert all(b.attempt == 2 for b in rig.queue.sent[1:])
+    assert rig.ledger.holders(keys[:1]) == ["answered"]  # found on the topic, marked
+    assert rig.ledger.holders(keys[1:]) == [None, None]  # released for the next attempt
+
+
+def test_a_cancellation_on_the_control_topic_reaches_the_ledger_and_the_core(rig: Rig) -> None:
+    control = Control(action="cancel", tenant="acme", request_id="gone")
+    rig.writer.send(rig.topics.control, control.model_dump_json().encode())
+    rig.writer.flush()
+    rig.until(lambda: ("acme", "gone") in rig.dispatcher.core.cancelled)
+    assert rig.ledger.cancelled([("acme", "gone")]) == [True]
+    rig.submit("gone")
+    rig.until(lambda: rig.committed() == 1)
+    [reply] = [Reply.model_validate_json(v) for v in rig.topic(rig.reply_to)]
+    assert reply.error is not None and reply.error.code is ErrorCode.cancelled
+    assert not rig.queue.sent

@@ -1,0 +1,65 @@
+"""What the dispatcher's core is told at start: the settings it uses, and the models the
+pipeline serves."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from headrace.config.settings import Settings
+from headrace.schemas.topics import Topics
+from headrace.workers.health import HealthPolicy
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """What the core needs of the settings, and the models it serves (name -> max tokens:
+    looked up by the shell, since finding a model can touch the disk)."""
+
+    dispatcher_id: str
+    topics: Topics
+    buckets: tuple[int, ...]
+    served: Mapping[str, int]
+    max_batch_tokens: int = 4096
+    max_wait_ms: float = 20.0
+    max_inflight_batches_per_bucket: int = 8
+    lease_base_s: float = 30.0
+    lease_s_per_1k_tokens: float = 2.0
+    commit_interval_ms: float = 100.0
+    max_attempts: int = 3
+    max_request_bytes: int = 256 * 1024
+    degraded_fallback: Literal["error", "queue"] = "error"
+    health: HealthPolicy = field(default_factory=HealthPolicy)
+    # request topics are neither compacted nor transactional: a fetch that starts past the
+    # next expected offset skipped records (seen with tansu); read them again
+    contiguous_offsets: bool = True
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, served: Mapping[str, int], dispatcher_id: str | None = None
+    ) -> CoreConfig:
+        return cls(
+            dispatcher_id=dispatcher_id or uuid.uuid4().hex[:12],
+            topics=Topics(settings.topic_prefix),
+            buckets=tuple(settings.buckets),
+            served=dict(served),
+            max_batch_tokens=settings.max_batch_tokens,
+            max_wait_ms=settings.max_wait_ms,
+            max_inflight_batches_per_bucket=settings.max_inflight_batches_per_bucket,
+            lease_base_s=settings.lease_base_s,
+            lease_s_per_1k_tokens=settings.lease_s_per_1k_tokens,
+            commit_interval_ms=settings.commit_interval_ms,
+            max_attempts=settings.max_attempts,
+            max_request_bytes=settings.max_request_bytes,
+            degraded_fallback=settings.degraded_fallback,
+            health=HealthPolicy(
+                degrade_after_s=settings.degrade_after_s,
+                error_rate=settings.breaker_error_rate,
+                min_requests=settings.breaker_min_requests,
+                window_s=settings.breaker_window_s,
+                cooldown_s=settings.breaker_cooldown_s,
+            ),
+            contiguous_offsets=settings.broker_flavor == "tansu",
+        )

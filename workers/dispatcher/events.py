@@ -1,0 +1,185 @@
+"""What the dispatcher core takes in (events) and gives back (actions): plain frozen
+dataclasses, the whole contract between the core and its shell.
+
+The shell turns what it read (records, control records, completion notices, heartbeats)
+into events; the core answers each with the actions to carry out (batches to send, error
+replies, commits, pauses, seeks, reply-topic scans). An action whose outcome the core must
+know comes back as an event: an answer deferred to the worker holding its request
+(``AnswerDeferred``), answers the broker acknowledged (``AnswersDelivered``), a batch the
+queue refused (``BatchNotSent``), a scan's findings (``Settled``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from headrace.schemas.errors import ErrorInfo
+from headrace.schemas.messages import Batch, Completion, DeadLetter, RecordRef
+from headrace.transport.base import Partition, Record
+
+RequestKey = tuple[str, str]  # (tenant, request_id)
+
+# --- events -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordsRead:
+    """Request records, by partition, read at ``wall_time`` (unix seconds: arrival stamps
+    and deadlines)."""
+
+    records: Mapping[Partition, Sequence[Record]]
+    wall_time: float
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """Cancellations read from the control topic (already recorded in the ledger)."""
+
+    keys: Sequence[RequestKey]
+
+
+@dataclass(frozen=True)
+class CompletionsRead:
+    completions: Sequence[Completion]
+
+
+@dataclass(frozen=True)
+class WorkersSeen:
+    """Heartbeats: the live workers of each bucket, and which worker computes each batch
+    in flight (None: none has started it)."""
+
+    live: Mapping[int, frozenset[str]]
+    runners: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StateUnavailable:
+    """Redis could not be reached: batches wait, no bucket counts as without workers."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class StateLost:
+    """Redis came back empty: queues, claims and completion notices are gone."""
+
+
+@dataclass(frozen=True)
+class AnswerDeferred:
+    """A worker holds the request of an ``Answer`` with ``may_defer``: it answers."""
+
+    ref: RecordRef
+
+
+@dataclass(frozen=True)
+class AnswersDelivered:
+    """The broker acknowledged the answers (and dead letters) of these records."""
+
+    refs: Sequence[RecordRef]
+
+
+@dataclass(frozen=True)
+class BatchNotSent:
+    batch_id: str
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a ``Settle`` found: the requests whose reply is on their reply topic."""
+
+    job_id: str
+    answered: frozenset[RequestKey]
+
+
+@dataclass(frozen=True)
+class PartitionsRevoked:
+    """The group takes these partitions away; the core's ``Commit`` must run before."""
+
+    partitions: Sequence[Partition]
+
+
+@dataclass(frozen=True)
+class PartitionsLost:
+    """The reader was replaced: every partition it held went without a commit."""
+
+    partitions: Sequence[Partition]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed (the core reads its own clock): batches due, leases, commits."""
+
+
+Event = (
+    RecordsRead
+    | Cancelled
+    | CompletionsRead
+    | WorkersSeen
+    | StateUnavailable
+    | StateLost
+    | AnswerDeferred
+    | AnswersDelivered
+    | BatchNotSent
+    | Settled
+    | PartitionsRevoked
+    | PartitionsLost
+    | Tick
+)
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendBatch:
+    batch: Batch
+    queue: str
+    real_tokens: int
+    padded_tokens: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Answer a record with ``error`` (on ``reply_to``, when there is one) unless its request
+    was answered already, and send ``dead_letter``. With ``may_defer``, a request a worker
+    holds right now is left to it (``AnswerDeferred``) and nothing is sent."""
+
+    ref: RecordRef
+    error: ErrorInfo
+    key: RequestKey | None = None
+    reply_to: str | None = None
+    model: str = ""
+    dead_letter: DeadLetter | None = None
+    may_defer: bool = False
+
+
+@dataclass(frozen=True)
+class Commit:
+    offsets: Mapping[Partition, int]
+    sync: bool = False
+
+
+@dataclass(frozen=True)
+class Seek:
+    partition: Partition
+    offset: int
+
+
+@dataclass(frozen=True)
+class SetPaused:
+    topic: str
+    paused: bool
+
+
+@dataclass(frozen=True)
+class Settle:
+    """Find which of ``wanted`` (reply topic -> requests) have a reply on their topic, mark
+    those answered, and say so with ``Settled``. With ``dead_batch``: only the requests that
+    attempt held as sending can have been answered; release its claims after."""
+
+    job_id: str
+    wanted: Mapping[str, frozenset[RequestKey]]
+    dead_batch: str | None = None
+
+
+Action = SendBatch | Answer | Commit | Seek | SetPaused | Settle

@@ -1,0 +1,174 @@
+"""What the dispatcher holds between a request's record and its reply: the requests waiting
+(by record and by request id), the batches ready to send, the batches out with a worker, and
+the offsets that may be committed once their requests are answered."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from headrace.schemas.messages import BatchItem, RecordRef
+from headrace.transport.base import Partition
+from headrace.workers.dispatcher.events import RequestKey
+from headrace.workers.offsets import OffsetTracker
+
+RefKey = tuple[str, int, int]
+
+
+def ref_key(ref: RecordRef) -> RefKey:
+    return (ref.topic, ref.partition, ref.offset)
+
+
+@dataclass
+class Pending:
+    item: BatchItem
+    tokens: int
+    failures: int = 0  # batches of this request that crashed or ran past their lease
+    solo_failures: int = 0  # ... of those, the ones where it was alone in its batch
+
+    @property
+    def key(self) -> RequestKey:
+        return (self.item.request.tenant, self.item.request.request_id)
+
+    @property
+    def partition(self) -> Partition:
+        return (self.item.ref.topic, self.item.ref.partition)
+
+
+@dataclass
+class InFlight:
+    bucket: int
+    attempt: int
+    lease_deadline: float
+    lease_s: float
+    pending: dict[RefKey, Pending]
+    counted: bool = True  # holds a place under its bucket's in-flight limit
+    runner: str | None = None  # the worker computing it, once one has started
+
+
+@dataclass
+class DispatcherStats:
+    records: int = 0
+    malformed: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    batches: int = 0
+    redispatched: int = 0
+    exhausted: int = 0
+    cancelled: int = 0
+    unavailable: int = 0
+    redis_recoveries: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    per_bucket: Counter[int] = field(default_factory=Counter)
+
+
+class Flights:
+    def __init__(self, buckets: list[int]) -> None:
+        self.buckets = list(buckets)
+        self.tracker = OffsetTracker()
+        self._waiting: dict[RequestKey, list[RecordRef]] = {}  # unanswered, by request id
+        self._owner_of: dict[RefKey, RequestKey] = {}  # unanswered, by record
+        self._ready: dict[int, deque[list[Pending]]] = {b: deque() for b in buckets}
+        self._in_flight: dict[str, InFlight] = {}
+        self._counted: Counter[int] = Counter()
+
+    # --- requests -------------------------------------------------------------------------
+    def hold(self, ref: RecordRef, key: RequestKey) -> bool:
+        """Hold ``ref`` until its request is answered; False if that request id is already
+        held by another record (a duplicate: both are done when it is answered)."""
+        self._owner_of[ref_key(ref)] = key
+        refs = self._waiting.get(key)
+        if refs is not None:
+            refs.append(ref)
+            return False
+        self._waiting[key] = [ref]
+        return True
+
+    def is_waiting(self, key: RequestKey) -> bool:
+        return key in self._waiting
+
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
+    def finish(self, ref: RecordRef) -> None:
+        """The request of ``ref`` is answered: it and every copy of it are done."""
+        key = self._owner_of.pop(ref_key(ref), None)
+        refs = self._waiting.pop(key, [ref]) if key is not None else [ref]
+        for each in refs:
+            self._owner_of.pop(ref_key(each), None)
+            self.tracker.done((each.topic, each.partition), each.offset)
+
+    def alive(self, pendings: Iterator[Pending] | list[Pending]) -> list[Pending]:
+        """Those of ``pendings`` still unanswered."""
+        return [p for p in pendings if ref_key(p.item.ref) in self._owner_of]
+
+    # --- batches ready to send ------------------------------------------------------------
+    def queue(self, bucket: int, pendings: list[Pending], *, front: bool = False) -> None:
+        if front:
+            self._ready[bucket].appendleft(pendings)
+        else:
+            self._ready[bucket].append(pendings)
+
+    def next_ready(self, bucket: int) -> list[Pending] | None:
+        ready = self._ready[bucket]
+        return ready.popleft() if ready else None
+
+    def ready_count(self, bucket: int) -> int:
+        return len(self._ready[bucket])
+
+    def total_ready(self) -> int:
+        return sum(len(q) for q in self._ready.values())
+
+    # --- batches out with a worker --------------------------------------------------------
+    def send_out(self, batch_id: str, flight: InFlight) -> None:
+        self._in_flight[batch_id] = flight
+        self._counted[flight.bucket] += 1
+
+    def get(self, batch_id: str) -> InFlight | None:
+        return self._in_flight.get(batch_id)
+
+    def take(self, batch_id: str) -> InFlight | None:
+        """Remove the batch from flight (and from its bucket's in-flight count)."""
+        flight = self._in_flight.pop(batch_id, None)
+        if flight is not None:
+            self.uncount(flight)
+        return flight
+
+    def take_all(self) -> list[InFlight]:
+        flights = [f for b in list(self._in_flight) if (f := self.take(b)) is not None]
+        return flights
+
+    def uncount(self, flight: InFlight) -> None:
+        """``flight`` no longer holds a place under its bucket's in-flight limit."""
+        if flight.counted:
+            flight.counted = False
+            self._counted[flight.bucket] -= 1
+
+    def in_flight(self) -> dict[str, InFlight]:
+        """A copy: callers may take batches out while they go through it."""
+        return dict(self._in_flight)
+
+    def in_flight_total(self) -> int:
+        return len(self._in_flight)
+
+    def in_flight_count(self, bucket: int) -> int:
+        return self._counted[bucket]
+
+    def counts(self) -> dict[int, int]:
+        """Batches in flight per bucket, every bucket."""
+        return {b: self._counted[b] for b in self.buckets}
+
+    # --- partitions -----------------------------------------------------------------------
+    def forget(
+        self, partitions: list[Partition], drain: Callable[[set[Partition]], list[Pending]]
+    ) -> None:
+        """Partitions this dispatcher lost: drop their open requests (``drain`` takes them
+        out of the batchers; their new owner reads them again from the committed offset)."""
+        gone = set(partitions)
+        for dropped in drain(gone):
+            key = self._owner_of.pop(ref_key(dropped.item.ref), None)
+            if key is not None:
+                self._waiting.pop(key, None)
+        self.tracker.forget(partitions)

@@ -1,0 +1,56 @@
+"""The dispatcher's Prometheus series, fed by the core's hooks (``Observer``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import Counter, Gauge
+
+from headrace.workers.dispatcher.observer import Observer
+
+RECORDS = Counter(
+    "headrace_dispatcher_records_total", "Request records read, by outcome", ["outcome"]
+)
+BATCHES = Counter("headrace_dispatcher_batches_total", "Batches dispatched", ["bucket"])
+REAL_TOKENS = Counter("headrace_dispatcher_real_tokens_total", "Real tokens dispatched", ["bucket"])
+PADDED_TOKENS = Counter(
+    "headrace_dispatcher_padded_tokens_total",
+    "Padded tokens (rows x longest) dispatched",
+    ["bucket"],
+)
+PADDING_EFFICIENCY = Gauge(
+    "headrace_dispatcher_padding_efficiency", "Real / padded tokens since start", ["bucket"]
+)
+IN_FLIGHT = Gauge("headrace_dispatcher_inflight_batches", "Batches not yet completed", ["bucket"])
+REDISPATCHED = Counter(
+    "headrace_dispatcher_redispatched_batches_total",
+    "Batches sent again (lease ran out, worker died)",
+)
+
+
+class PrometheusObserver(Observer):
+    def __init__(self) -> None:
+        self._tokens: dict[int, tuple[int, int]] = {}  # bucket -> (real, padded)
+        self._in_flight: dict[int, int] = {}
+
+    def record(self, outcome: str) -> None:
+        RECORDS.labels(outcome).inc()
+
+    def batch(self, bucket: int, real_tokens: int, padded_tokens: int) -> None:
+        label = str(bucket)
+        BATCHES.labels(label).inc()
+        REAL_TOKENS.labels(label).inc(real_tokens)
+        PADDED_TOKENS.labels(label).inc(padded_tokens)
+        real, padded = self._tokens.get(bucket, (0, 0))
+        real, padded = real + real_tokens, padded + padded_tokens
+        self._tokens[bucket] = (real, padded)
+        PADDING_EFFICIENCY.labels(label).set(real / padded if padded else 0.0)
+
+    def in_flight(self, batches: Mapping[int, int]) -> None:
+        for bucket, count in batches.items():
+            if self._in_flight.get(bucket) != count:
+                self._in_flight[bucket] = count
+                IN_FLIGHT.labels(str(bucket)).set(count)
+
+    def redispatched(self) -> None:
+        REDISPATCHED.inc()

@@ -1,0 +1,21 @@
+"""Hooks the dispatcher core calls as things happen, named after them (the shape of
+dramatiq's middleware): metrics plug in here without growing the core. The base class
+does nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class Observer:
+    def record(self, outcome: str) -> None:
+        """A request record was read: ``accepted``, ``duplicate`` or an error code."""
+
+    def batch(self, bucket: int, real_tokens: int, padded_tokens: int) -> None:
+        """A batch was sent to the bucket's queue."""
+
+    def in_flight(self, batches: Mapping[int, int]) -> None:
+        """Batches in flight per bucket, after each event."""
+
+    def redispatched(self) -> None:
+        """A batch was sent again (lease, dead worker)."""

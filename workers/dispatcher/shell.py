@@ -1,0 +1,268 @@
+"""The dispatcher process: a short loop around the core.
+
+Each pass polls the bucket topics, the control topic, the completion notices and (once a
+second) the heartbeats, hands each to the core as an event, and carries out the actions the
+core returns: batches to the Celery queues, error replies and dead letters, commits, pauses,
+seeks. Reply-topic scans run on a thread of their own (``settling``) and come back as
+events. Nothing here decides anything about delivery: that is the core's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+
+from headrace.config.settings import Settings
+from headrace.connections import REDIS_ERRORS, redis_client
+from headrace.health.ready import announce_ready
+from headrace.models.registry import served_models
+from headrace.schemas.messages import Batch
+from headrace.transport import Partition, Transport, open_transport
+from headrace.workers.dispatcher.answers import Answerer
+from headrace.workers.dispatcher.config import CoreConfig
+from headrace.workers.dispatcher.control import ControlReader
+from headrace.workers.dispatcher.core import DispatcherCore
+from headrace.workers.dispatcher.events import (
+    Action,
+    Answer,
+    AnswerDeferred,
+    AnswersDelivered,
+    BatchNotSent,
+    Cancelled,
+    Commit,
+    CompletionsRead,
+    Event,
+    PartitionsLost,
+    PartitionsRevoked,
+    RecordsRead,
+    Seek,
+    SendBatch,
+    SetPaused,
+    Settle,
+    StateLost,
+    StateUnavailable,
+    Tick,
+    WorkersSeen,
+)
+from headrace.workers.dispatcher.metrics import PrometheusObserver
+from headrace.workers.dispatcher.settling import Settler
+from headrace.workers.ledger import Ledger
+from headrace.workers.tasks import batch_sender
+
+log = logging.getLogger(__name__)
+
+BEATS_BEFORE_DEAD = 3
+HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
+CONTROL_INTERVAL_S = 0.05
+
+BatchSender = Callable[[Batch, str], None]  # (batch, queue)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: Settings,
+        dispatcher_id: str | None = None,
+        *,
+        transport: Transport | None = None,
+        ledger: Ledger | None = None,
+        send_batch: BatchSender | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Builds the core; ``open`` (called by ``run``) connects to the services."""
+        self.settings = settings
+        self.clock = clock
+        config = CoreConfig.from_settings(settings, served_models(settings), dispatcher_id)
+        self.core = DispatcherCore(config, clock, observer=PrometheusObserver())
+        self.dispatcher_id = config.dispatcher_id
+        self._transport = transport
+        self._ledger = ledger
+        self._send_batch = send_batch
+        self.report_requested = threading.Event()  # set by SIGUSR2 (the CLI)
+        self._announced = False
+        self._epoch: str | None = None
+        self._housekept = -1e9
+        self._control_read = -1e9
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def open(self) -> Dispatcher:
+        s = self.settings
+        self.transport = self._transport or open_transport(s)
+        topics = list(self.core.bucket_of_topic)
+        self.transport.ensure_topics([*topics, self.core.topics.dead_letter])
+        self.ledger = self._ledger or Ledger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
+        self.send_batch = self._send_batch or batch_sender(s)
+        # short: a flush that fails is tried again on the next pass, and the poll loop must
+        # keep its group membership meanwhile
+        self.answers = Answerer(
+            self.transport.writer(delivery_timeout_s=3.0),
+            self.ledger,
+            self.core.topics,
+            owner=f"dispatcher-{self.dispatcher_id}",
+        )
+        self.settler = Settler(self.transport, self.ledger)
+        self.control = ControlReader(self.transport, s)
+        self.reader = self.transport.reader(
+            f"{s.topic_prefix}.dispatcher",
+            max_poll_records=500,
+            busy=lambda partition: self.core.topic_busy(partition[0]),
+        )
+        self.reader.subscribe(topics, self)
+        return self
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        stop = stop or threading.Event()
+        self.open()
+        log.info(
+            "dispatcher %s consuming %d bucket topics", self.dispatcher_id, len(self.core.batchers)
+        )
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self._carry_out([self.core.final_commit()])
+            self.control.close()
+        finally:
+            self.settler.close()
+            self.reader.close()
+            self.answers.writer.close()
+
+    # --- one pass ---------------------------------------------------------------------------
+    def step(self) -> None:
+        awaited, flood = self.core.awaiting()
+        self.reader.expect(awaited=awaited, flood=flood)
+        polled = self.reader.poll(self.core.poll_timeout_ms(self.answers.pending))
+        if polled:
+            self.handle(RecordsRead(polled, time.time()))
+        self._guarded(self._read_control)
+        self._guarded(self._read_completions)
+        self._guarded(self._housekeeping)
+        for settled in self.settler.results():
+            self.handle(settled)
+        if self.report_requested.is_set():
+            self.report_requested.clear()
+            self.log_state()
+        self.handle(Tick())
+        delivered = self.answers.deliver()
+        if delivered:
+            self.handle(AnswersDelivered(delivered))
+
+    def handle(self, event: Event) -> None:
+        """Give ``event`` to the core and carry out its actions, and the actions of the
+        events those give rise to."""
+        events: deque[Event] = deque([event])
+        while events:
+            events.extend(self._carry_out(self.core.handle(events.popleft())))
+
+    def _carry_out(self, actions: list[Action]) -> list[Event]:
+        follow: list[Event] = []
+        unsent: list[str] = []
+        for action in actions:
+            match action:
+                case SendBatch() if unsent:
+                    unsent.append(action.batch.batch_id)
+                case SendBatch():
+                    try:
+                        self.send_batch(action.batch, action.queue)
+                    except REDIS_ERRORS as exc:
+                        log.warning("batch queue unreachable (%s)", exc)
+                        unsent.append(action.batch.batch_id)
+                case Answer():
+                    if not self.answers.answer(action):
+                        follow.append(AnswerDeferred(action.ref))
+                case Commit():
+                    try:
+                        self.reader.commit(action.offsets, sync=action.sync)
+                    except Exception:  # the next commit carries these offsets too
+                        log.warning("offset commit failed", exc_info=True)
+                case Seek():
+                    self.reader.seek(action.partition, action.offset)
+                case SetPaused():
+                    self._set_paused(action.topic, action.paused)
+                case Settle():
+                    self.settler.submit(action)
+        # first in line again in their order: the last one goes to the front first
+        follow += [BatchNotSent(batch_id) for batch_id in reversed(unsent)]
+        return follow
+
+    def _set_paused(self, topic: str, paused: bool) -> None:
+        partitions = [p for p in self.reader.assignment() if p[0] == topic]
+        if paused:
+            self.reader.pause(partitions)
+        else:
+            self.reader.resume(partitions)
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """A step that needs Redis; if Redis is away the core hears of it and polling goes
+        on (Kafka holds the requests; nothing is committed past what was answered)."""
+        try:
+            step()
+        except REDIS_ERRORS as exc:
+            self.handle(StateUnavailable(repr(exc)))
+
+    def _read_control(self) -> None:
+        now = self.clock()
+        if now - self._control_read < CONTROL_INTERVAL_S:
+            return
+        self._control_read = now
+        controls = self.control.poll()
+        keys = [(c.tenant, c.request_id) for c in controls]
+        for key in keys:
+            self.ledger.cancel(*key)
+        if keys:
+            self.handle(Cancelled(keys))
+            self.control.commit()
+
+    def _read_completions(self) -> None:
+        completions = self.ledger.take_completions(self.dispatcher_id)
+        if completions:
+            self.handle(CompletionsRead(completions))
+
+    def _housekeeping(self) -> None:
+        """Once a second: the Redis epoch (did it lose its data?), worker heartbeats, and
+        which worker runs each batch in flight."""
+        now = self.clock()
+        if now - self._housekept < min(HOUSEKEEPING_INTERVAL_S, self.settings.worker_heartbeat_s):
+            return
+        self._housekept = now
+        epoch = self.ledger.epoch(uuid.uuid4().hex)
+        if self._epoch is not None and epoch != self._epoch:
+            self.handle(StateLost())
+        self._epoch = epoch
+        live = self.ledger.live_workers(
+            self.settings.buckets, BEATS_BEFORE_DEAD * self.settings.worker_heartbeat_s
+        )
+        batch_ids = self.core.in_flight_batch_ids()
+        runners = dict(zip(batch_ids, self.ledger.runners(batch_ids), strict=True))
+        self.handle(WorkersSeen({b: frozenset(w) for b, w in live.items()}, runners))
+
+    def log_state(self) -> None:
+        """Every partition's position and client state, then what the core holds."""
+        for partition, state in sorted(self.reader.diagnose().items()):
+            log.info(
+                "partition %s:%d expected %s; %s",
+                *partition,
+                self.core.expected_offset(partition),
+                state,
+            )
+        log.info(self.core.describe())
+
+    # --- the reader's group (this is its Rebalance listener) --------------------------------
+    def assigned(self, partitions: list[Partition]) -> None:
+        if partitions and not self._announced:
+            self._announced = True
+            announce_ready("dispatcher", self.dispatcher_id)
+
+    def revoked(self, partitions: list[Partition]) -> None:
+        self.handle(PartitionsRevoked(partitions))
+
+    def lost(self, partitions: list[Partition]) -> None:
+        self.handle(PartitionsLost(partitions))
