@@ -25,6 +25,7 @@ from rich.table import Table
 
 from bench import cpu, raw
 from headrace.config.settings import Settings
+from headrace.models.tokenizer import token_counter
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import local_pipeline, local_workers
 from headrace.ops.sample_texts import long_tail_texts
@@ -142,6 +143,17 @@ def run_pipeline(
     )
 
 
+def counting_us(texts: list[str], model: str, poll: int = 32) -> float:
+    """What the dispatcher's own token count costs, per request: the model's tokenizer over
+    ``texts`` in polls of ``poll`` records (its first call loads the tokenizer: not timed)."""
+    count = token_counter(model)
+    count(texts[:1])
+    start = time.perf_counter()
+    for i in range(0, len(texts), poll):
+        count(texts[i : i + poll])
+    return (time.perf_counter() - start) / len(texts) * 1e6
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -200,6 +212,13 @@ def main(
     )
     table.add_row(
         "    worker compute / wall, buckets", f"{bucketed.compute_s:.2f}s / {bucketed.wall_s:.2f}s"
+    )
+    dispatcher_cpu_s = bucketed.cpu_s.get("dispatcher", 0.0)
+    us = counting_us(texts, settings.model)
+    table.add_row(
+        "    dispatcher counting tokens itself",
+        f"{us:.0f} us/request, {us * len(texts) / 1e6 / max(dispatcher_cpu_s, 1e-9):.0%} "
+        "of its CPU during (b)",
     )
     table.add_row(
         "    CPU seconds during (b)",

@@ -89,11 +89,28 @@ class Request(_Message):
     reply_to: Annotated[str, StringConstraints(min_length=1, max_length=249)]
     deadline: AwareDatetime | None = None
     created_at: AwareDatetime = Field(default_factory=utc_now)
-    token_count: Annotated[int, Field(ge=0)] | None = None
+    token_count: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            description=(
+                "A hint: the tokens the producer counted with the model's tokenizer, special "
+                "tokens included. The dispatcher counts again and trusts its own count: a "
+                "request longer than its topic's bucket is forwarded to its proper bucket, "
+                "and the batch budget uses the real count. Producers that cannot tokenize "
+                "leave it out and produce to the unbucketed topic <prefix>.requests."
+            ),
+        ),
+    ] = None
     cache: CacheDirective | None = None  # set by clients that read the result cache
     # generation only: the conversation this turn belongs to (its history is the prompt's
     # start; the turn and its answer are appended to it)
     session_id: Identifier | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(tenant, request_id): a request id is unique within its tenant."""
+        return (self.tenant, self.request_id)
 
     @model_validator(mode="before")
     @classmethod

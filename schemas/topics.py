@@ -16,6 +16,12 @@ class Topics:
         """Kafka topic carrying requests of at most ``bucket`` tokens."""
         return f"{self.prefix}.requests.b{bucket}"
 
+    @property
+    def ingress(self) -> str:
+        """The unbucketed way in, for producers that cannot count tokens: the dispatcher
+        counts them and forwards each request to its bucket topic."""
+        return f"{self.prefix}.requests"
+
     def replies(self, name: str = "default") -> str:
         return f"{self.prefix}.replies.{name}"
 

@@ -10,8 +10,9 @@ from headrace.schemas.messages import Request
 
 
 def admission_error(
-    request: Request, now: datetime, models: Set[str], max_tokens: int
+    request: Request, now: datetime, models: Set[str], max_tokens: int, tokens: int | None = None
 ) -> ErrorInfo | None:
+    """``tokens``: its count if known (the dispatcher counts; else the producer's hint)."""
     if request.model not in models:
         served = ", ".join(sorted(models))
         return ErrorInfo(
@@ -26,10 +27,7 @@ def admission_error(
             code=ErrorCode.deadline_exceeded,
             message=f"deadline passed {late_ms:.0f} ms before compute",
         )
-    if (
-        request.token_count is not None
-        and request.token_count > max_tokens
-        and not request.params.truncate
-    ):
-        return input_too_long(request.token_count, max_tokens)
+    count = request.token_count if tokens is None else tokens
+    if count is not None and count > max_tokens and not request.params.truncate:
+        return input_too_long(count, max_tokens)
     return None

@@ -30,5 +30,6 @@ def test_topic_names_round_trip() -> None:
     assert topics.bucket_of("acme.requests.b64") == 64
     assert topics.queue(64) == "acme.b64"
     assert topics.dead_letter == "acme.dead-letter"
+    assert topics.ingress == "acme.requests"  # the unbucketed way in
     with pytest.raises(ValueError):
         topics.bucket_of("other.requests.b64")

@@ -87,6 +87,8 @@ def test_exported_json_schema_validates_what_pydantic_accepts(tmp_path: Path) ->
     jsonschema.validate(json.loads(generate.model_dump_json()), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"request_id": "r"}, schema)
+    hint = schema["properties"]["token_count"]["description"]  # both ways in, documented
+    assert "hint" in hint and "<prefix>.requests" in hint
     delta = StreamDelta(request_id="r", tenant="t", model="m", seq=0, text="hi")
     jsonschema.validate(
         json.loads(delta.model_dump_json()),

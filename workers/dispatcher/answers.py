@@ -1,4 +1,5 @@
-"""The dispatcher's own answers, carried out: error replies and dead letters.
+"""The dispatcher's own answers, carried out: error replies, dead letters, and requests
+forwarded to their proper bucket.
 
 A request is answered at most once: an error reply first claims the request in the ledger,
 as a worker would. A request a worker holds right now is left to it when the answer may be
@@ -14,7 +15,7 @@ from headrace.connections import REDIS_ERRORS
 from headrace.schemas.messages import RecordRef, Reply
 from headrace.schemas.topics import Topics
 from headrace.transport.base import DeliveryError, Writer
-from headrace.workers.dispatcher.events import Answer, RequestKey
+from headrace.workers.dispatcher.events import Answer, Forward, RequestKey
 from headrace.workers.ledger import ClaimState, Ledger
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,13 @@ class Answerer:
             self._to_mark.append(action.key)
         self._sent.append(action.ref)
         return True
+
+    def forward(self, action: Forward) -> None:
+        """A copy of a request record to its proper bucket topic; its record here is done
+        once the copy is acknowledged (a dispatcher that dies first forwards it again, and
+        the ledger answers the request id once)."""
+        self.writer.send(action.topic, action.value, key=action.key)
+        self._sent.append(action.ref)
 
     def deliver(self) -> list[RecordRef]:
         """Flush; the records whose answers the broker acknowledged (none if it failed:

@@ -2,8 +2,10 @@
 
 It takes events (records read, cancellations, completion notices, heartbeats, outcomes of
 its own actions, a tick) and returns actions (batches to send, error replies and dead
-letters, commits, pauses, seeks, reply-topic scans), the shape of vLLM v1's scheduler.
-It owns the batchers, the flights, the offsets, bucket health, admission and redelivery.
+letters, records forwarded to their proper bucket, commits, pauses, seeks, reply-topic
+scans), the shape of vLLM v1's scheduler. It owns the batchers, the flights, the offsets,
+bucket health, admission and routing by its own token counts (``records``, ``routing``),
+and redelivery (``recovery``).
 The shell (``headrace.workers.dispatcher.shell``) polls, calls ``handle`` and carries the
 actions out; unit tests drive the core with events and an injected clock.
 """
@@ -13,22 +15,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 
 from cachetools import FIFOCache
 
-from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import (
     Batch,
-    BatchItem,
     Completion,
-    GenerateParams,
-    RecordRef,
-    Request,
 )
-from headrace.transport.base import Partition, Record
-from headrace.workers.admission import admission_error
+from headrace.transport.base import Partition
 from headrace.workers.batcher import DynamicBatcher
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
@@ -40,11 +35,11 @@ from headrace.workers.dispatcher.flights import (
     ref_key,
 )
 from headrace.workers.dispatcher.observer import Observer
+from headrace.workers.dispatcher.records import RecordsIn
 from headrace.workers.dispatcher.recovery import Exhausted, Recovery
 from headrace.workers.dispatcher.refusals import Refusals
-from headrace.workers.health import BucketHealth, Health
-from headrace.workers.intake import Rejection, parse_request
-from headrace.workers.offsets import Gaps
+from headrace.workers.dispatcher.routing import TokenCounter
+from headrace.workers.health import BucketHealth
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +54,21 @@ class DispatcherCore:
         clock: Callable[[], float] = time.monotonic,
         observer: Observer | None = None,
         wall_clock: Callable[[], float] = time.time,
+        *,
+        count_tokens: TokenCounter,
     ) -> None:
+        """``count_tokens``: the served model's tokenizer (the core trusts no producer's
+        count)."""
         self.config = config
+        self.count_tokens = count_tokens
         self.clock = clock
         self.wall_clock = wall_clock
         self.observer = observer or Observer()
         self.topics = config.topics
-        self.bucket_of_topic = {config.topics.requests(b): b for b in config.buckets}
+        self.bucket_of_topic: dict[str, int | None] = {
+            config.topics.requests(b): b for b in config.buckets
+        }
+        self.bucket_of_topic[config.topics.ingress] = None  # the unbucketed way in
         self.flights = Flights(list(config.buckets))
         self.batchers: dict[int, DynamicBatcher[Pending]] = {
             b: DynamicBatcher(config.max_batch_tokens, config.max_wait_ms, clock)
@@ -80,7 +83,18 @@ class DispatcherCore:
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
         self.refusals = Refusals()
-        self.gaps = Gaps()
+        self.records_in = RecordsIn(
+            config,
+            self.bucket_of_topic,
+            self.flights,
+            self.batchers,
+            self.health,
+            self.cancelled,
+            self.refusals,
+            self.stats,
+            self.observer,
+            count_tokens,
+        )
         self._last_commit = clock()
         self._state_logged = clock()
 
@@ -89,7 +103,7 @@ class DispatcherCore:
         out: list[ev.Action] = []
         match event:
             case ev.RecordsRead():
-                self._records(event.records, event.wall_time, out)
+                self.records_in.read(event.records, event.wall_time, out)
             case ev.Cancelled():
                 for key in event.keys:
                     self.cancelled[key] = None
@@ -102,7 +116,7 @@ class DispatcherCore:
             case ev.StateLost():
                 self.recovery.state_lost(out)
             case ev.AnswerDeferred():
-                self._deferred(event.ref, out)
+                self.records_in.deferred(event.ref, out)
             case ev.AnswersDelivered():
                 for ref in event.refs:
                     self.refusals.delivered(ref)
@@ -128,9 +142,11 @@ class DispatcherCore:
 
     def topic_busy(self, topic: str) -> bool:
         """Records of ``topic`` are batched, in flight or held back: not reading is meant."""
-        bucket = self.bucket_of_topic.get(topic)
-        if bucket is None:
+        if topic not in self.bucket_of_topic:
             return True
+        bucket = self.bucket_of_topic[topic]
+        if bucket is None:
+            return False  # the unbucketed topic: what is read is forwarded at once
         return bool(
             bucket in self.paused
             or self.flights.in_flight_count(bucket)
@@ -169,96 +185,6 @@ class DispatcherCore:
             f"batches, in flight {f.in_flight_total()} batches ({f.counts()}), "
             f"paused buckets {sorted(self.paused)}, settling {self.recovery.settling} scans"
         )
-
-    # --- records in ----------------------------------------------------------------------------
-    def _records(
-        self, polled: Mapping[Partition, Sequence[Record]], wall_time: float, out: list[ev.Action]
-    ) -> None:
-        for partition, records in polled.items():
-            if self._skipped(partition, records, out):
-                continue
-            for record in records:
-                self._record(record, wall_time, out)
-
-    def _skipped(
-        self, partition: Partition, records: Sequence[Record], out: list[ev.Action]
-    ) -> bool:
-        """Records that came after a gap are read again from where the gap began."""
-        if not self.config.contiguous_offsets or not records:
-            return False
-        expected = self.flights.tracker.expected(partition)
-        again = self.gaps.check(partition, expected, records[0].offset)
-        if again is not None:
-            out.append(ev.Seek(partition, again))
-        return again is not None
-
-    def _record(self, record: Record, wall_time: float, out: list[ev.Action]) -> None:
-        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
-        self.flights.tracker.track(record.tp, ref.offset)
-        self.stats.records += 1
-        parsed = parse_request(record.value, self.config.max_request_bytes)
-        if isinstance(parsed, Rejection):
-            self._reject(record, ref, parsed, out)
-            return
-        request = parsed
-        key = (request.tenant, request.request_id)
-        bucket = self.bucket_of_topic[record.topic]
-        problem = self._admission(request, bucket, wall_time)
-        if problem is not None and not self.flights.is_waiting(key):
-            self.stats.rejected += 1
-            self.observer.record(problem.code.value)
-            out.append(self.refusals.not_admitted(request, ref, bucket, wall_time, problem))
-            return
-        self._admit(request, ref, bucket, wall_time)
-
-    def _reject(self, record: Record, ref: RecordRef, why: Rejection, out: list[ev.Action]) -> None:
-        """A record that is no request: dead-lettered, and answered where it names a reply
-        topic and a request id."""
-        self.stats.malformed += 1
-        self.observer.record(why.code.value)
-        log.warning("dead letter %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, why.message)
-        out.append(self.refusals.malformed(record.value, ref, why))
-
-    def _admit(self, request: Request, ref: RecordRef, bucket: int, wall_time: float) -> None:
-        key = (request.tenant, request.request_id)
-        if not self.flights.hold(ref, key):  # same request id again while the first waits
-            self.stats.duplicates += 1
-            self.observer.record("duplicate")
-            return
-        self.observer.record("accepted")
-        tokens = min(request.token_count or bucket, bucket)
-        if isinstance(request.params, GenerateParams):  # its KV cache grows as it generates
-            tokens += request.params.max_tokens
-        pending = Pending(BatchItem(request=request, ref=ref, arrived_at=wall_time), tokens)
-        for batch in self.batchers[bucket].add(pending, pending.tokens):
-            self.flights.queue(bucket, batch)
-
-    def _admission(self, request: Request, bucket: int, wall_time: float) -> ErrorInfo | None:
-        max_tokens = self.config.served.get(request.model, 0)
-        now = datetime.fromtimestamp(wall_time, UTC)
-        problem = admission_error(request, now, set(self.config.served), max_tokens)
-        if problem is not None:
-            return problem
-        if (request.tenant, request.request_id) in self.cancelled:
-            return ErrorInfo(code=ErrorCode.cancelled, message="cancelled before it was computed")
-        state = self.health[bucket].state()
-        if state is not Health.ok and self.config.degraded_fallback == "error":
-            self.stats.unavailable += 1
-            reason = "has no live worker" if state is Health.no_workers else "is failing"
-            return ErrorInfo(
-                code=ErrorCode.unavailable, message=f"bucket {bucket} {reason}; try again later"
-            )
-        return None
-
-    def _deferred(self, ref: RecordRef, out: list[ev.Action]) -> None:
-        """A worker holds the request this core meant to answer: it will answer it."""
-        held = self.refusals.deferred(ref)
-        if held is None:
-            return
-        if held.then == "admit":
-            self._admit(held.request, ref, held.bucket, held.wall_time)
-        elif held.pending is not None:
-            self.flights.queue(held.bucket, [held.pending])
 
     # --- batches out ---------------------------------------------------------------------------
     def _tick(self, out: list[ev.Action]) -> None:

@@ -3,10 +3,11 @@ dataclasses, the whole contract between the core and its shell.
 
 The shell turns what it read (records, control records, completion notices, heartbeats)
 into events; the core answers each with the actions to carry out (batches to send, error
-replies, commits, pauses, seeks, reply-topic scans). An action whose outcome the core must
-know comes back as an event: an answer deferred to the worker holding its request
-(``AnswerDeferred``), answers the broker acknowledged (``AnswersDelivered``), a batch the
-queue refused (``BatchNotSent``), a scan's findings (``Settled``).
+replies, records forwarded to their proper bucket, commits, pauses, seeks, reply-topic
+scans). An action whose outcome the core must know comes back as an event: an answer
+deferred to the worker holding its request (``AnswerDeferred``), answers and forwards the
+broker acknowledged (``AnswersDelivered``), a batch the queue refused (``BatchNotSent``), a
+scan's findings (``Settled``).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class AnswerDeferred:
 
 @dataclass(frozen=True)
 class AnswersDelivered:
-    """The broker acknowledged the answers (and dead letters) of these records."""
+    """The broker acknowledged what was sent for these records: answers, dead letters,
+    forwarded copies."""
 
     refs: Sequence[RecordRef]
 
@@ -154,6 +156,17 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class Forward:
+    """Produce a request record, as it was read, to the topic of its proper bucket (same key
+    and bytes); its record here is done once the broker has acknowledged the copy."""
+
+    ref: RecordRef
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True)
 class Commit:
     offsets: Mapping[Partition, int]
     sync: bool = False
@@ -182,4 +195,4 @@ class Settle:
     dead_batch: str | None = None
 
 
-Action = SendBatch | Answer | Commit | Seek | SetPaused | Settle
+Action = SendBatch | Answer | Forward | Commit | Seek | SetPaused | Settle

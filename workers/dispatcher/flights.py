@@ -53,6 +53,7 @@ class DispatcherStats:
     malformed: int = 0
     rejected: int = 0
     duplicates: int = 0
+    forwarded: int = 0
     batches: int = 0
     redispatched: int = 0
     exhausted: int = 0

@@ -31,8 +31,9 @@ class Deferrable:
 
     then: Literal["admit", "requeue"]
     request: Request
-    bucket: int
+    bucket: int | None  # None: read from the unbucketed topic
     wall_time: float = 0.0  # when its record was read (admit)
+    tokens: int = 0  # its cost in the batch budget (admit)
     pending: Pending | None = None  # requeue
 
 
@@ -62,9 +63,15 @@ class Refusals:
         )
 
     def not_admitted(
-        self, request: Request, ref: RecordRef, bucket: int, wall_time: float, error: ErrorInfo
+        self,
+        request: Request,
+        ref: RecordRef,
+        bucket: int | None,
+        wall_time: float,
+        error: ErrorInfo,
+        tokens: int = 0,
     ) -> Answer:
-        self._deferrable[ref_key(ref)] = Deferrable("admit", request, bucket, wall_time)
+        self._deferrable[ref_key(ref)] = Deferrable("admit", request, bucket, wall_time, tokens)
         return _answer(request, ref, error)
 
     def cancelled(self, pending: Pending, bucket: int) -> Answer:

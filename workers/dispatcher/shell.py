@@ -20,6 +20,7 @@ from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.health.ready import announce_ready
 from headrace.models.registry import served_models
+from headrace.models.tokenizer import token_counter
 from headrace.schemas.messages import Batch
 from headrace.transport import Partition, Transport, open_transport
 from headrace.workers.dispatcher.answers import Answerer
@@ -36,6 +37,7 @@ from headrace.workers.dispatcher.events import (
     Commit,
     CompletionsRead,
     Event,
+    Forward,
     PartitionsLost,
     PartitionsRevoked,
     RecordsRead,
@@ -77,7 +79,12 @@ class Dispatcher:
         self.settings = settings
         self.clock = clock
         config = CoreConfig.from_settings(settings, served_models(settings), dispatcher_id)
-        self.core = DispatcherCore(config, clock, observer=PrometheusObserver())
+        self.core = DispatcherCore(
+            config,
+            clock,
+            observer=PrometheusObserver(),
+            count_tokens=token_counter(settings.model),
+        )
         self.dispatcher_id = config.dispatcher_id
         self._transport = transport
         self._ledger = ledger
@@ -178,6 +185,8 @@ class Dispatcher:
                 case Answer():
                     if not self.answers.answer(action):
                         follow.append(AnswerDeferred(action.ref))
+                case Forward():
+                    self.answers.forward(action)
                 case Commit():
                     try:
                         self.reader.commit(action.offsets, sync=action.sync)

@@ -41,21 +41,33 @@ class Rig:
             **overrides,
         }
         self.core = DispatcherCore(
-            CoreConfig(**options), clock=self.clock, wall_clock=lambda: self.wall
+            CoreConfig(**options),
+            clock=self.clock,
+            wall_clock=lambda: self.wall,
+            count_tokens=count_words,
         )
         self.next_offset: dict[str, int] = {}
         self.actions: list[ev.Action] = []  # everything the core has answered so far
 
     # --- building records ---------------------------------------------------------------------
-    def request(self, request_id: str, bucket: int = 16, tokens: int = 8, **fields: Any) -> Record:
+    def request(
+        self,
+        request_id: str,
+        bucket: int | None = 16,
+        tokens: int = 8,
+        hint: int | None = None,
+        **fields: Any,
+    ) -> Record:
+        """A request of ``tokens`` tokens (as ``count_words`` counts) on the topic of
+        ``bucket`` (None: the unbucketed topic); ``hint``: the token_count it claims."""
         request = Request(
             request_id=request_id,
             tenant=fields.pop("tenant", "acme"),
             model=fields.pop("model", MODEL),
-            input=fields.pop("input", f"text of {request_id}"),
-            params=EmbedParams(),
+            input=fields.pop("input", " ".join(["word"] * (tokens - 2))),
+            params=fields.pop("params", EmbedParams()),
             reply_to="t.replies.default",
-            token_count=tokens,
+            token_count=tokens if hint is None else hint,
             created_at=datetime.fromtimestamp(self.wall, UTC),
             **fields,
         )
@@ -65,8 +77,8 @@ class Rig:
         deadline = datetime.fromtimestamp(self.wall, UTC) - timedelta(seconds=1)
         return self.request(request_id, deadline=deadline)
 
-    def raw(self, value: bytes, bucket: int = 16) -> Record:
-        topic = TOPICS.requests(bucket)
+    def raw(self, value: bytes, bucket: int | None = 16) -> Record:
+        topic = TOPICS.ingress if bucket is None else TOPICS.requests(bucket)
         offset = self.next_offset.get(topic, 0)
         self.next_offset[topic] = offset + 1
         return Record(topic, 0, offset, None, value)
@@ -105,6 +117,11 @@ class Rig:
 
     def delivered(self, *answers: ev.Answer) -> list[ev.Action]:
         return self.handle(ev.AnswersDelivered([a.ref for a in answers]))
+
+
+def count_words(texts: Sequence[str]) -> list[int]:
+    """The rig's tokenizer: a token per word, plus the two special tokens."""
+    return [len(t.split()) + 2 for t in texts]
 
 
 def of(kind: type[A], actions: Sequence[ev.Action]) -> list[A]:

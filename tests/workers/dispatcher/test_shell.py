@@ -181,3 +181,26 @@ def test_a_cancellation_on_the_control_topic_reaches_the_ledger_and_the_core(rig
     [reply] = [Reply.model_validate_json(v) for v in rig.topic(rig.reply_to)]
     assert reply.error is not None and reply.error.code is ErrorCode.cancelled
     assert not rig.queue.sent
+
+
+def test_a_request_longer_than_its_bucket_is_forwarded_with_its_key(rig: Rig) -> None:
+    long_text = " ".join(["water to the wheel"] * 10)  # ~42 tokens, on the topic of 16
+    request = Request(
+        request_id="long", tenant="acme", model=MODEL, input=long_text, reply_to=rig.reply_to
+    )
+    rig.writer.send(rig.topics.requests(16), request.model_dump_json().encode(), key=b"long")
+    rig.writer.flush()
+    rig.until(lambda: rig.committed() == 1)  # done here once the copy is acknowledged
+    [copy] = list(rig.transport.scan(rig.topics.requests(48)))
+    assert (copy.key, Request.model_validate_json(copy.value)) == (b"long", request)
+    rig.until(lambda: len(rig.queue.sent) == 1)  # then read from there and batched
+    assert [b.bucket for b in rig.queue.sent] == [48]
+
+
+def test_the_unbucketed_topic_is_read_and_forwarded(rig: Rig) -> None:
+    request = Request(request_id="plain", tenant="acme", model=MODEL, input="short", reply_to="r")
+    rig.writer.send(rig.topics.ingress, request.model_dump_json().encode(), key=b"plain")
+    rig.writer.flush()
+    rig.until(lambda: len(list(rig.transport.scan(rig.topics.requests(16)))) == 1)
+    rig.until(lambda: len(rig.queue.sent) == 1)  # then read from its bucket and batched
+    assert rig.queue.sent[0].items[0].request.request_id == "plain"

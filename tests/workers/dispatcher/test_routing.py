@@ -1,0 +1,108 @@
+"""Trust no producer: the core counts every request's tokens itself (the rig's tokenizer
+counts words) and routes by that count: a request longer than its topic's bucket, or on the
+unbucketed topic, goes on to its proper bucket; one past the largest bucket is answered;
+the batch budget is the real count, never the producer's claim."""
+
+from __future__ import annotations
+
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import EmbedParams, GenerateParams, Request
+from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.routing import Here, Onward, route
+from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of
+from tests.workers.dispatcher.test_core import P16, committed
+
+BUCKETS = (16, 32)
+
+
+def request(**params: object) -> Request:
+    generation = params.pop("generation", None)
+    return Request(
+        request_id="r",
+        tenant="t",
+        model="m",
+        input="x",
+        reply_to="t.replies",
+        task="generate" if generation else "embed",
+        params=generation or EmbedParams(**params),  # type: ignore[arg-type]
+    )
+
+
+def test_the_route_is_the_count_not_the_topic() -> None:
+    assert route(request(), 10, 16, BUCKETS, 512) == Here(10)
+    assert route(request(), 10, 32, BUCKETS, 512) == Here(10)  # shorter stays: no harm
+    assert route(request(), 20, 16, BUCKETS, 512) == Onward(32)
+    assert route(request(), 10, None, BUCKETS, 512) == Onward(16)  # the unbucketed topic
+    too_long = route(request(), 40, 32, BUCKETS, 512)
+    assert not isinstance(too_long, Here | Onward) and too_long.code is ErrorCode.input_too_long
+    assert route(request(truncate=True), 40, 16, BUCKETS, 512) == Onward(32)
+    assert route(request(truncate=True), 40, 32, BUCKETS, 512) == Here(32)
+    assert route(request(), 20, 32, BUCKETS, 18) != Here(20)  # past the model's own limit
+
+
+def test_a_generate_request_costs_its_prompt_and_its_new_tokens() -> None:
+    generate = request(generation=GenerateParams(max_tokens=12))
+    assert route(generate, 10, 16, BUCKETS, 512) == Here(22)
+
+
+def test_a_request_longer_than_its_bucket_is_forwarded_as_it_was() -> None:
+    rig = Rig()
+    rig.workers()
+    record = rig.request("long", bucket=16, tokens=30, hint=5)  # it claims 5 tokens
+    [forward] = of(ev.Forward, rig.read(record))
+    assert (forward.topic, forward.key, forward.value) == (
+        TOPICS.requests(32),
+        record.key,
+        record.value,
+    )
+    assert not of(ev.SendBatch, rig.tick(1))
+    assert committed(rig.tick(0.2)) <= 0  # not before the broker has the copy
+    rig.handle(ev.AnswersDelivered([forward.ref]))
+    assert committed(rig.tick(0.2)) == 1
+    assert rig.core.stats.forwarded == 1
+
+
+def test_a_request_on_the_unbucketed_topic_goes_to_its_bucket() -> None:
+    rig = Rig()
+    [forward] = of(ev.Forward, rig.read(rig.request("plain", bucket=None, tokens=10, hint=None)))
+    assert forward.topic == TOPICS.requests(16)
+    rig.handle(ev.AnswersDelivered([forward.ref]))
+    assert committed(rig.tick(0.2), (TOPICS.ingress, 0)) == 1
+
+
+def test_a_request_past_the_largest_bucket_is_answered_too_long() -> None:
+    rig = Rig()
+    [answer] = of(ev.Answer, rig.read(rig.request("huge", bucket=32, tokens=40, hint=3)))
+    assert answer.error.code is ErrorCode.input_too_long and "40 tokens" in answer.error.message
+    assert not of(ev.Forward, rig.actions)
+
+
+def test_the_batch_budget_is_the_real_count_whatever_the_claim() -> None:
+    rig = Rig(max_batch_tokens=64)
+    rig.workers()
+    # each claims 1 token; each really has 30: two rows already cost 64 > 60
+    rig.read(*[rig.request(f"r{i}", bucket=32, tokens=30, hint=1) for i in range(3)])
+    sends = of(ev.SendBatch, rig.tick())
+    assert [ids(s) for s in sends] == [["r0", "r1"]]
+    assert (sends[0].real_tokens, sends[0].padded_tokens) == (60, 60)
+    assert all(i.request.token_count == 1 for i in sends[0].batch.items)  # sent as it came
+
+
+def test_a_shorter_request_is_computed_where_it_is() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("short", bucket=32, tokens=6))
+    [send] = of(ev.SendBatch, rig.tick())
+    assert send.batch.bucket == 32 and send.real_tokens == 6
+
+
+def test_the_committed_offset_of_a_bucket_waits_for_its_forwards() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("long", tokens=30), rig.request("fits", tokens=8))
+    [send] = of(ev.SendBatch, rig.tick())
+    rig.complete(send)
+    assert committed(rig.tick(0.2), P16) <= 0  # offset 0 (the forward) is not done yet
+    [forward] = of(ev.Forward, rig.actions)
+    rig.handle(ev.AnswersDelivered([forward.ref]))
+    assert committed(rig.tick(0.2), P16) == 2

@@ -1,0 +1,188 @@
+"""Records in, for the dispatcher's core (no IO): a gap is read again; each record is
+parsed, counted with the model's tokenizer, routed (here, onward to its proper bucket, or
+too long), checked (model, deadline, cancellation, the bucket's health) and put in its
+bucket's batcher, or answered, dead-lettered or forwarded."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from cachetools import FIFOCache
+
+from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.messages import BatchItem, RecordRef, Request
+from headrace.schemas.topics import Topics
+from headrace.transport.base import Partition, Record
+from headrace.workers.admission import admission_error
+from headrace.workers.batcher import DynamicBatcher
+from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.config import CoreConfig
+from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
+from headrace.workers.dispatcher.observer import Observer
+from headrace.workers.dispatcher.refusals import Refusals
+from headrace.workers.dispatcher.routing import Onward, TokenCounter, route
+from headrace.workers.health import BucketHealth, Health
+from headrace.workers.intake import Rejection, parse_request
+from headrace.workers.offsets import Gaps
+
+log = logging.getLogger(__name__)
+
+
+class RecordsIn:
+    def __init__(
+        self,
+        config: CoreConfig,
+        bucket_of_topic: Mapping[str, int | None],
+        flights: Flights,
+        batchers: Mapping[int, DynamicBatcher[Pending]],
+        health: Mapping[int, BucketHealth],
+        cancelled: FIFOCache[ev.RequestKey, None],
+        refusals: Refusals,
+        stats: DispatcherStats,
+        observer: Observer,
+        count_tokens: TokenCounter,
+    ) -> None:
+        self.config = config
+        self.topics: Topics = config.topics
+        self.bucket_of_topic = bucket_of_topic
+        self.flights = flights
+        self.batchers = batchers
+        self.health = health
+        self.cancelled = cancelled
+        self.refusals = refusals
+        self.stats = stats
+        self.observer = observer
+        self.count_tokens = count_tokens
+        self.gaps = Gaps()
+
+    def read(
+        self, polled: Mapping[Partition, Sequence[Record]], wall_time: float, out: list[ev.Action]
+    ) -> None:
+        for partition, records in polled.items():
+            if self._skipped(partition, records, out):
+                continue
+            parsed = [parse_request(r.value, self.config.max_request_bytes) for r in records]
+            requests = [p for p in parsed if isinstance(p, Request)]
+            counts = iter(self.count_tokens([r.input for r in requests]) if requests else [])
+            for record, request in zip(records, parsed, strict=True):
+                counted = next(counts) if isinstance(request, Request) else 0
+                self._record(record, request, counted, wall_time, out)
+
+    def _skipped(
+        self, partition: Partition, records: Sequence[Record], out: list[ev.Action]
+    ) -> bool:
+        """Records that came after a gap are read again from where the gap began."""
+        if not self.config.contiguous_offsets or not records:
+            return False
+        expected = self.flights.tracker.expected(partition)
+        again = self.gaps.check(partition, expected, records[0].offset)
+        if again is not None:
+            out.append(ev.Seek(partition, again))
+        return again is not None
+
+    def _record(
+        self,
+        record: Record,
+        parsed: Request | Rejection,
+        counted: int,
+        wall_time: float,
+        out: list[ev.Action],
+    ) -> None:
+        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
+        self.flights.tracker.track(record.tp, ref.offset)
+        self.stats.records += 1
+        if isinstance(parsed, Rejection):
+            self._reject(record, ref, parsed, out)
+            return
+        request, here = parsed, self.bucket_of_topic[record.topic]
+        tokens = 0  # a model not served here is answered by admission
+        if request.model in self.config.served:
+            way = route(
+                request, counted, here, self.config.buckets, self.config.served[request.model]
+            )
+            if isinstance(way, Onward):
+                self.stats.forwarded += 1
+                self.observer.record("forwarded")
+                topic = self.topics.requests(way.bucket)
+                out.append(ev.Forward(ref, topic, record.key, record.value))
+                return
+            if isinstance(way, ErrorInfo):  # past the largest bucket
+                self._refuse(request, ref, here, wall_time, way, 0, out)
+                return
+            tokens = way.tokens
+        problem = self._admission(request, here, wall_time)
+        if problem is not None and not self.flights.is_waiting(request.key):
+            self._refuse(request, ref, here, wall_time, problem, tokens, out)
+            return
+        if here is not None:
+            self._admit(request, ref, here, tokens, wall_time)
+
+    def _refuse(
+        self,
+        request: Request,
+        ref: RecordRef,
+        bucket: int | None,
+        wall_time: float,
+        error: ErrorInfo,
+        tokens: int,
+        out: list[ev.Action],
+    ) -> None:
+        self.stats.rejected += 1
+        self.observer.record(error.code.value)
+        out.append(self.refusals.not_admitted(request, ref, bucket, wall_time, error, tokens))
+
+    def _reject(self, record: Record, ref: RecordRef, why: Rejection, out: list[ev.Action]) -> None:
+        """A record that is no request: dead-lettered, and answered where it names a reply
+        topic and a request id."""
+        self.stats.malformed += 1
+        self.observer.record(why.code.value)
+        log.warning("dead letter %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, why.message)
+        out.append(self.refusals.malformed(record.value, ref, why))
+
+    def _admit(
+        self, request: Request, ref: RecordRef, bucket: int, tokens: int, wall_time: float
+    ) -> None:
+        if not self.flights.hold(ref, request.key):  # same id again while the first waits
+            self.stats.duplicates += 1
+            self.observer.record("duplicate")
+            return
+        self.observer.record("accepted")
+        pending = Pending(BatchItem(request=request, ref=ref, arrived_at=wall_time), tokens)
+        for batch in self.batchers[bucket].add(pending, pending.tokens):
+            self.flights.queue(bucket, batch)
+
+    def _admission(
+        self, request: Request, bucket: int | None, wall_time: float
+    ) -> ErrorInfo | None:
+        """Model, input, deadline, cancellation, and the bucket's health (its length was
+        routed already)."""
+        now = datetime.fromtimestamp(wall_time, UTC)
+        problem = admission_error(request, now, set(self.config.served), 0, tokens=0)
+        if problem is not None:
+            return problem
+        if request.key in self.cancelled:
+            return ErrorInfo(code=ErrorCode.cancelled, message="cancelled before it was computed")
+        if bucket is None:
+            return None
+        state = self.health[bucket].state()
+        if state is not Health.ok and self.config.degraded_fallback == "error":
+            self.stats.unavailable += 1
+            reason = "has no live worker" if state is Health.no_workers else "is failing"
+            return ErrorInfo(
+                code=ErrorCode.unavailable, message=f"bucket {bucket} {reason}; try again later"
+            )
+        return None
+
+    def deferred(self, ref: RecordRef, out: list[ev.Action]) -> None:
+        """A worker holds the request this core meant to answer: it will answer it."""
+        held = self.refusals.deferred(ref)
+        if held is None:
+            return
+        if held.bucket is None:
+            return  # from the unbucketed topic: the worker holding it answers
+        if held.then == "admit":
+            self._admit(held.request, ref, held.bucket, held.tokens, held.wall_time)
+        elif held.pending is not None:
+            self.flights.queue(held.bucket, [held.pending])
