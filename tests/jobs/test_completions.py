@@ -4,12 +4,14 @@ shapes, SSE streams that add up to the non-streamed text, and typed errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from headrace.models import tiny_lm
@@ -151,3 +153,56 @@ def test_a_batch_file_of_chat_completions(gateway: tuple[str, dict[str, str]]) -
         answer = outputs["c3"]["response"]["body"]
         assert answer["object"] == "chat.completion"
         assert answer["choices"][0]["message"] == direct["choices"][0]["message"]
+
+
+CHAT = [
+    {"role": "system", "content": "You run a mill."},
+    {"role": "user", "content": "Where does the water go?"},
+]
+
+
+def test_chat_with_the_official_sdk_sync_async_and_streamed(
+    gateway: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = gateway
+    options = {"base_url": f"{url}/v1", "api_key": keys["acme"], "max_retries": 0}
+    sdk = openai.OpenAI(**options)  # type: ignore[arg-type]
+    plain = sdk.chat.completions.create(
+        model=tiny_lm.NAME,
+        messages=CHAT,
+        max_completion_tokens=8,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    text = plain.choices[0].message.content
+    assert plain.choices[0].message.role == "assistant" and text
+    assert plain.usage is not None and plain.usage.completion_tokens <= 8
+
+    stream = sdk.chat.completions.create(
+        model=tiny_lm.NAME,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_completion_tokens=8,
+        temperature=0,
+        stream=True,
+    )
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert "".join(pieces) == text  # greedy: the stream adds up to the plain answer
+
+    async def both() -> list[str | None]:
+        async with openai.AsyncOpenAI(**options) as client:  # type: ignore[arg-type]
+            calls = [
+                client.chat.completions.create(
+                    model=tiny_lm.NAME,
+                    messages=CHAT,  # type: ignore[arg-type]
+                    max_completion_tokens=8,
+                    temperature=0,
+                )
+                for _ in range(2)
+            ]
+            return [r.choices[0].message.content for r in await asyncio.gather(*calls)]
+
+    assert asyncio.run(both()) == [text, text]
+    completion = sdk.completions.create(model=tiny_lm.NAME, prompt="The headrace", max_tokens=5)
+    assert completion.choices[0].text and completion.object == "text_completion"
+    with pytest.raises(openai.NotFoundError):
+        sdk.chat.completions.create(model="gpt-9", messages=CHAT)  # type: ignore[arg-type]
+    sdk.close()

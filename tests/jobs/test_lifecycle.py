@@ -28,5 +28,8 @@ def test_final_states_do_not_move() -> None:
         for target in S:
             with pytest.raises(IllegalTransition):
                 check_move(final, target)
-    with pytest.raises(IllegalTransition, match="a finalizing job cannot become cancelling"):
-        check_move(S.finalizing, S.cancelling)
+    with pytest.raises(IllegalTransition, match="a finalizing job cannot become in_progress"):
+        check_move(S.finalizing, S.in_progress)
+    check_move(S.finalizing, S.cancelling)  # a cancel may land while the output is delivered
+    with pytest.raises(IllegalTransition, match="a cancelling job cannot become completed"):
+        check_move(S.cancelling, S.completed)

@@ -18,6 +18,7 @@ import pytest
 
 from headrace import connections
 from headrace.config.settings import Settings
+from headrace.jobs import runner as runner_module
 from headrace.jobs.files import read_lines
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus
@@ -182,3 +183,32 @@ def test_cancel_mid_run(shared_pipeline: Pipeline, shared_prefix: str, tmp_path:
     assert 50 <= done.completed + done.failed < count
     answered = answered_lines(Path(done.spool_dir))
     assert max(answered.values()) == 1 and sum(answered.values()) == done.completed + done.failed
+
+
+def test_a_cancel_while_finalizing_ends_cancelled_with_the_output(
+    shared_pipeline: Pipeline,
+    shared_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = job_settings(shared_prefix, tmp_path)
+    source = tmp_path / "plain.txt"
+    source.write_text("\n".join(f"finalizing {i}" for i in range(5)) + "\n")
+    store = JobStore(settings.sql_url)
+    out = tmp_path / "out.jsonl"
+    job = new_job(store, settings, str(source), input_format="plain", output_location=str(out))
+    seen: list[JobStatus] = []
+    real_deliver = runner_module.deliver
+
+    def cancel_then_deliver(spool: Path, location: str, s: Settings) -> None:
+        seen.append(store.get(job.id).state)
+        if len(seen) == 1:  # the cancel lands while the output is being delivered
+            store.move(job.id, JobStatus.cancelling)
+        real_deliver(spool, location, s)
+
+    monkeypatch.setattr(runner_module, "deliver", cancel_then_deliver)
+    done = JobRunner(store, job.id, settings).run()
+    assert seen[0] is JobStatus.finalizing
+    assert done.state is JobStatus.cancelled and done.cancelled_at is not None
+    assert done.output_file_id is not None
+    assert len(out.read_text().splitlines()) == 5  # every answered line is in its output

@@ -3,6 +3,8 @@ migrations applied, lifecycle enforced, tenants kept apart."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
@@ -24,7 +26,7 @@ def make(store: JobStore, tenant: str = "t1") -> str:
 
 def test_store_migrates_creates_moves_and_isolates(store_url: str) -> None:
     store = JobStore(store_url)
-    assert store.revision() == "0002"
+    assert store.revision() == "0003"
     JobStore(store_url)  # opening again is a no-op migration
     first = make(store)
     other = make(store, tenant="t2")
@@ -44,6 +46,62 @@ def test_store_migrates_creates_moves_and_isolates(store_url: str) -> None:
     with pytest.raises(IllegalTransition):
         store.move(first, JobStatus.cancelling)
     failed = store.move(other, JobStatus.failed, "the input file has no lines")
-    assert failed.errors == [{"code": "failed", "message": "the input file has no lines"}]
+    assert failed.errors == [  # OpenAI's shape of a batch error
+        {"code": "failed", "message": "the input file has no lines", "param": None, "line": None}
+    ]
     with pytest.raises(JobNotFound):
         store.move("batch_nope", JobStatus.failed)
+
+
+def test_pages_of_batches_and_files_follow_their_cursor(store_url: str, tmp_path: Path) -> None:
+    store = JobStore(store_url)
+    batches = [make(store) for _ in range(5)]  # oldest first
+    single = store.create(
+        tenant="t1",
+        endpoint="/v1/embeddings",
+        model="m",
+        input_location="/tmp/in.jsonl",
+        input_format="openai",
+        spool_dir="/tmp/spool",
+        kind="job",
+    ).id
+    make(store, tenant="t2")
+    pages, after = [], None
+    while True:
+        page = store.list(tenant="t1", limit=2, after=after, kind="batch")
+        if not page:
+            break
+        pages.append([j.id for j in page])
+        after = page[-1].id
+    newest = sorted(batches, key=lambda b: (store.get(b).created_at, b), reverse=True)
+    assert pages == [newest[:2], newest[2:4], newest[4:]]
+    assert all(single not in page for page in pages)
+    assert single in [j.id for j in store.list(tenant="t1")]
+    with pytest.raises(JobNotFound):  # another tenant's id is no cursor
+        store.list(tenant="t2", after=batches[0])
+
+    paths = [tmp_path / f"f{i}.jsonl" for i in range(3)]
+    for i, path in enumerate(paths):
+        path.write_text("x" * (i + 1))
+    files = [store.add_file("t1", "batch", p.name, str(p)).id for p in paths]
+    files.sort(key=lambda f: (store.get_file(f).created_at, f))  # oldest first
+    output = store.add_file("t1", "batch_output", "out.jsonl", str(paths[0])).id
+    assert [f.id for f in store.list_files("t1", "batch", limit=2)] == files[:0:-1]
+    assert [f.id for f in store.list_files("t1", "batch", after=files[1])] == files[:1]
+    assert [f.id for f in store.list_files("t1", newest_first=False, after=files[0])] == [
+        *files[1:],
+        output,
+    ]
+    assert sorted(f.bytes for f in store.list_files("t1", "batch")) == [1, 2, 3]
+    assert store.list_files("t2") == []
+
+    job = store.get(batches[0])
+    store.set_fields(job.id, input_file_id=files[0])
+    assert [j.id for j in store.jobs_reading(files[0])] == [job.id]
+    store.move(job.id, JobStatus.failed, "stopped")
+    assert store.jobs_reading(files[0]) == []
+    store.delete_file(files[0], "t1")
+    with pytest.raises(JobNotFound):
+        store.get_file(files[0], "t1")
+    with pytest.raises(JobNotFound):  # another tenant's file cannot be deleted
+        store.delete_file(files[1], "t2")

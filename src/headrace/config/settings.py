@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     topic_prefix: str = "headrace"
     request_partitions: int = Field(default=1, ge=1)
     state_dir: Path = Path(".headrace")
+    # The gateway's largest upload (POST /v1/files): OpenAI's limit for a batch input file.
+    max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
     # Local stack broker storage. "s3" survives broker restarts, but this tansu build stops
     # serving a partition past 1,000 stored batches (measured; see README), so "memory" is
     # the default.

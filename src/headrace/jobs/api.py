@@ -1,14 +1,30 @@
-"""What every gateway route shares: OpenAI-shaped errors and the bearer-key tenant."""
+"""What every gateway route shares: errors in OpenAI's shape, a request id on every response,
+and the bearer-key tenant.
+
+Every error, whatever raised it (a route, FastAPI's body validation, an unknown path, a bug),
+leaves as ``{"error": {"message", "type", "param", "code"}}`` with OpenAI's status: 400 for
+an invalid request (never FastAPI's 422), 401, 404, 409, 429, 5xx. Every response carries an
+``x-request-id`` header (the caller's, when it sent one; the SDKs read it as ``_request_id``).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headrace.jobs.formats import STATUS_OF
 from headrace.jobs.store import JobStore
 from headrace.schemas.errors import (
+    BackpressureError,
     ErrorInfo,
     InputTooLongError,
     InvalidRequestError,
@@ -16,12 +32,116 @@ from headrace.schemas.errors import (
     UnknownModelError,
 )
 
+log = logging.getLogger(__name__)
+
+REQUEST_ID = "x-request-id"
+_CALLER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def kind_of(status: int) -> str:
+    """OpenAI's error ``type`` for an HTTP status."""
+    if status == 429:
+        return "requests"
+    return "server_error" if status >= 500 else "invalid_request_error"
+
 
 class ApiError(HTTPException):
-    def __init__(self, status: int, message: str, code: str, kind: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        kind: str | None = None,
+        param: str | None = None,
+    ) -> None:
         super().__init__(status_code=status, detail=message)
         self.code = code
-        self.kind = kind
+        self.kind = kind or kind_of(status)
+        self.param = param
+
+
+def error_response(
+    status: int,
+    message: str,
+    code: str | None,
+    kind: str | None = None,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    error = {"message": message, "type": kind or kind_of(status), "param": param, "code": code}
+    return JSONResponse({"error": error}, status_code=status, headers=dict(headers or {}))
+
+
+_STARLETTE_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+def _validation_error(exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 as OpenAI's 400: the first problem, with the parameter it names."""
+    problems = exc.errors()
+    first = problems[0] if problems else {}
+    where = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+    param = ".".join(where) or None
+    missing = first.get("type") == "missing"
+    message = first.get("msg", "invalid request")
+    if param:
+        message = f"{param}: {message}"
+    code = "missing_required_parameter" if missing else "invalid_value"
+    return error_response(400, message, code, param=param)
+
+
+def install(app: FastAPI) -> None:
+    """Errors in OpenAI's shape and the request id, on every route of ``app``."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc, ApiError):
+            return error_response(
+                exc.status_code, exc.detail, exc.code, exc.kind, exc.param, exc.headers
+            )
+        code = _STARLETTE_CODES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, str(exc.detail), code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_error(exc)
+
+    app.add_middleware(RequestIdMiddleware)
+
+
+class RequestIdMiddleware:
+    """Puts ``x-request-id`` on every response: the caller's id when it is a sane token,
+    else a new ``req_<hex>``. A bug in a route is answered 500 in OpenAI's shape (and
+    logged), not with a bare text body."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(REQUEST_ID.encode(), b"").decode("latin-1")
+        request_id = given if _CALLER_ID.fullmatch(given) else f"req_{uuid.uuid4().hex}"
+
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers: list[Any] = list(message.get("headers", []))
+                headers.append((REQUEST_ID.encode(), request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if started:
+                raise
+            failed = error_response(500, "the server had an error processing the request", None)
+            await failed(scope, receive, send_with_id)
 
 
 def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
@@ -40,22 +160,22 @@ Tenant = Annotated[str, Depends(tenant_of)]
 
 def reply_error(error: ErrorInfo) -> ApiError:
     """The HTTP error for an error reply from the pipeline."""
-    status = STATUS_OF[error.code]
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return ApiError(status, error.message, error.code.value, kind)
+    return ApiError(STATUS_OF[error.code], error.message, error.code.value)
 
 
 def api_error(exc: Exception) -> ApiError:
     """The HTTP error for what the SDK raised on a request's way (refused before sending,
     answered with an error, or not answered in time)."""
     if isinstance(exc, UnknownModelError):
-        return ApiError(404, str(exc), "model_not_found")
+        return ApiError(404, str(exc), "model_not_found", param="model")
     if isinstance(exc, InputTooLongError):
-        return ApiError(400, str(exc), "context_length_exceeded")
+        return ApiError(400, str(exc), "context_length_exceeded", param="input")
     if isinstance(exc, RequestFailedError):
         return reply_error(exc.error)
+    if isinstance(exc, BackpressureError):
+        return ApiError(429, str(exc), "rate_limit_exceeded")
     if isinstance(exc, TimeoutError):
-        return ApiError(504, str(exc) or "no answer in time", "timeout", "server_error")
+        return ApiError(504, str(exc) or "no answer in time", "timeout")
     if isinstance(exc, InvalidRequestError | ValueError):  # ValueError: parameters refused
         return ApiError(400, str(exc), "invalid_input")
     raise exc

@@ -203,6 +203,20 @@ def failure_line(job_id: str, line: int, custom_id: str, request_id: str, error:
     return _dump(job_id, line, custom_id, response, None)
 
 
+def expired_line(job_id: str, line: int, custom_id: str) -> str:
+    """A line not answered before the batch's completion window ran out (OpenAI's
+    ``batch_expired``)."""
+    message = "this request could not be executed before the completion window expired"
+    return _dump(job_id, line, custom_id, None, LineError(code="batch_expired", message=message))
+
+
+def tokens_of(result: EmbeddingResult | GenerationResult) -> tuple[int, int]:
+    """(input, output) tokens of a result, for a batch's ``usage``."""
+    if isinstance(result, GenerationResult):
+        return result.usage.prompt_tokens, result.usage.completion_tokens
+    return result.token_count, 0
+
+
 def invalid_line(job_id: str, invalid: Invalid) -> str:
     """An input line that never became a request."""
     error = LineError(code="invalid_line", message=f"line {invalid.line}: {invalid.reason}")

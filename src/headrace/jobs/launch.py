@@ -25,6 +25,7 @@ def new_job(
     completion_window_s: float | None = 24 * 3600,
     metadata: dict[str, str] | None = None,
     endpoint: str = EMBEDDINGS_URL,
+    kind: str = "batch",
 ) -> Job:
     """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out.
     Its spools live in ``<state_dir>/jobs/<id>``."""
@@ -42,6 +43,7 @@ def new_job(
         spool_dir=str((settings.state_dir / "jobs" / job_id).resolve()),
         expires_at=now + timedelta(seconds=completion_window_s) if completion_window_s else None,
         metadata=metadata or {},
+        kind=kind,
     )
 
 

@@ -20,7 +20,7 @@ S = JobStatus
 MOVES: dict[JobStatus, frozenset[JobStatus]] = {
     S.validating: frozenset({S.in_progress, S.failed, S.cancelling, S.cancelled}),
     S.in_progress: frozenset({S.finalizing, S.failed, S.expired, S.cancelling}),
-    S.finalizing: frozenset({S.completed, S.failed}),
+    S.finalizing: frozenset({S.completed, S.failed, S.cancelling}),
     S.cancelling: frozenset({S.cancelled, S.failed}),
     S.completed: frozenset(),
     S.failed: frozenset(),

@@ -19,6 +19,8 @@ class Progress:
         self.answered = bytearray(total + 1)
         self.completed = 0
         self.failed = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
         self.lock = threading.Lock()
         self._room = threading.Condition(self.lock)
         self._in_air: set[int] = set()
@@ -27,9 +29,12 @@ class Progress:
         self.submitted_count = 0
 
     def mark_from_output(self, output_line: str, failed: bool) -> None:
+        """A line the spools hold already (a resumed run), with its token usage."""
         try:
-            line = line_of(json.loads(output_line)["id"])
-        except (ValueError, KeyError, TypeError):
+            out = json.loads(output_line)
+            line = line_of(out["id"])
+            usage = ((out.get("response") or {}).get("body") or {}).get("usage") or {}
+        except (ValueError, KeyError, TypeError, AttributeError):
             return
         if line is not None and 1 <= line <= self.total and not self.answered[line]:
             self.answered[line] = 1
@@ -37,16 +42,22 @@ class Progress:
                 self.failed += 1
             else:
                 self.completed += 1
+            self.input_tokens += int(usage.get("prompt_tokens", 0))
+            self.output_tokens += int(usage.get("completion_tokens", 0))
 
     def is_answered(self, line: int) -> bool:
         return bool(self.answered[line]) if 0 <= line <= self.total else True
 
-    def answer(self, line: int, output: str, spool: Spool, failed: bool) -> None:
+    def answer(
+        self, line: int, output: str, spool: Spool, failed: bool, tokens: tuple[int, int] = (0, 0)
+    ) -> None:
         with self.lock:
             if self.answered[line]:
                 return
             self.answered[line] = 1
             spool.append(output)
+            self.input_tokens += tokens[0]
+            self.output_tokens += tokens[1]
             if failed:
                 self.failed += 1
             else:
@@ -82,6 +93,10 @@ class Progress:
 
     def counts(self) -> Counts:
         return Counts(self.total, self.completed, self.failed)
+
+    def unanswered(self) -> list[int]:
+        with self.lock:
+            return [n for n in range(1, self.total + 1) if not self.answered[n]]
 
     def done(self) -> bool:
         with self.lock:

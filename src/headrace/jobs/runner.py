@@ -32,13 +32,15 @@ from headrace.jobs.formats import (
     InputFormat,
     Invalid,
     Work,
+    expired_line,
     failure_line,
     invalid_line,
     parse_line,
     success_line,
+    tokens_of,
 )
 from headrace.jobs.index import CustomIds
-from headrace.jobs.lifecycle import FINAL, JobStatus
+from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
 from headrace.jobs.progress import Progress
 from headrace.jobs.single import job_object, notify
 from headrace.jobs.store import Counts, Job, JobStore
@@ -93,9 +95,12 @@ class JobRunner:
         try:
             if job.state is JobStatus.validating:
                 job = self._validate(job)
-            if job.state in (JobStatus.in_progress, JobStatus.cancelling):
+            if job.state is JobStatus.cancelling and job.in_progress_at is None:
+                job = self._end(job, JobStatus.cancelled)  # cancelled before any submission
+            finalizing = job.finalizing_at is not None  # a cancel may land while finalizing
+            if job.state in (JobStatus.in_progress, JobStatus.cancelling) and not finalizing:
                 job = self._process(job)
-            if job.state is JobStatus.finalizing:
+            if job.state in (JobStatus.finalizing, JobStatus.cancelling):
                 job = self._finalize(job)
         except Exception as exc:
             log.exception("job %s failed", self.job_id)
@@ -137,9 +142,10 @@ class JobRunner:
         self.store.set_fields(job.id, total=total, failed=invalid, completed=0)
         if total == 0:
             return self.store.move(job.id, JobStatus.failed, "the input file has no lines")
-        if self.store.get(job.id).state is JobStatus.cancelling:
+        try:
+            return self.store.move(job.id, JobStatus.in_progress)
+        except IllegalTransition:  # cancelled while validating
             return self.store.get(job.id)
-        return self.store.move(job.id, JobStatus.in_progress)
 
     # --- in_progress ----------------------------------------------------------------------
     def _process(self, job: Job) -> Job:
@@ -171,6 +177,7 @@ class JobRunner:
         replies.seek(partition, offset)
         submitter.start()
         cancel_started: float | None = None
+        expired = False
         last_checkpoint = time.monotonic()
         try:
             while not state.done():
@@ -197,10 +204,16 @@ class JobRunner:
                         now - cancel_started > self.options.cancel_wait_s
                     ):
                         break
-                if job.expires_at is not None and datetime.now(UTC) > job.expires_at:
+                late = job.expires_at is not None and datetime.now(UTC) > job.expires_at
+                if late and cancel_started is None:
                     stop.set()
-                    self._checkpoint(job, state, outputs, errors, offset)
-                    return self.store.move(job.id, JobStatus.expired)
+                    submitter.join()
+                    for n in state.unanswered_submitted():  # nothing more to compute
+                        client.cancel(request_id(job.id, n), tenant=job.tenant)
+                    for n in state.unanswered():
+                        state.answer(n, expired_line(job.id, n, ids.get(n)), errors, failed=True)
+                    expired = True
+                    break
             self._checkpoint(job, state, outputs, errors, offset)
         finally:
             stop.set()
@@ -210,9 +223,12 @@ class JobRunner:
             outputs.close()
             errors.close()
             ids.close()
-        if self.store.get(job.id).state is JobStatus.cancelling:
-            return self.store.move(job.id, JobStatus.cancelled)
-        return self.store.move(job.id, JobStatus.finalizing)
+        if expired:
+            return self._end(job, JobStatus.expired)
+        try:
+            return self.store.move(job.id, JobStatus.finalizing)
+        except IllegalTransition:  # cancelled
+            return self._end(job, JobStatus.cancelled)
 
     def _submit_all(
         self, job: Job, client: Client, state: Progress, errors: Spool, stop: threading.Event
@@ -326,12 +342,7 @@ class JobRunner:
             out = success_line(
                 job.id, line, custom_id, reply.request_id, reply.model, reply.result, job.endpoint
             )
-            state.answer(
-                line,
-                out,
-                outputs,
-                failed=False,
-            )
+            state.answer(line, out, outputs, failed=False, tokens=tokens_of(reply.result))
         else:
             assert reply.error is not None
             state.answer(
@@ -348,10 +359,13 @@ class JobRunner:
             outputs.checkpoint()
             errors.checkpoint()
             counts = state.counts()
+            tokens = state.input_tokens, state.output_tokens
         self.store.set_fields(
             job.id,
             completed=counts.completed,
             failed=counts.failed,
+            input_tokens=tokens[0],
+            output_tokens=tokens[1],
             reply_offset=offset,
         )
         if self.on_progress is not None:
@@ -359,22 +373,30 @@ class JobRunner:
 
     # --- finalizing -----------------------------------------------------------------------
     def _finalize(self, job: Job) -> Job:
-        """Deliver the spools where the job asked, and register both as files of the job's
-        tenant (``output_file_id``, ``error_file_id``: what the gateway serves)."""
+        """Deliver the output; completed, or cancelled if a cancel landed meanwhile."""
+        try:
+            return self._end(job, JobStatus.completed)
+        except IllegalTransition:
+            return self._end(job, JobStatus.cancelled)
+
+    def _end(self, job: Job, target: JobStatus) -> Job:
+        """Deliver the spools where the job asked, register both as files of the job's
+        tenant (``output_file_id``, ``error_file_id``: what the gateway serves; a cancelled
+        or expired job's hold the lines answered so far), then move to ``target``."""
         file_ids = {}
         for name, location, field in (
             ("output.jsonl", job.output_location, "output_file_id"),
             ("errors.jsonl", job.error_location, "error_file_id"),
         ):
             spool = self.spool_dir / name
-            if location:
+            if location and spool.exists():
                 deliver(spool, location, self.settings)
             if spool.exists():
                 record = self.store.add_file(job.tenant, "batch_output", name, str(spool))
                 file_ids[field] = record.id
         if file_ids:
             self.store.set_fields(job.id, **file_ids)
-        return self.store.move(job.id, JobStatus.completed)
+        return self.store.move(job.id, target)
 
 
 def _fmt(job: Job) -> InputFormat:

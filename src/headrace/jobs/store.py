@@ -7,6 +7,7 @@ lifecycle and stamps the matching ``<status>_at`` column.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import secrets
 import uuid
@@ -31,8 +32,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
-from headrace.jobs.lifecycle import JobStatus, check_move
+from headrace.jobs.lifecycle import FINAL, JobStatus, check_move
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -73,6 +75,9 @@ class Job(_Base):
     completed: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
     reply_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    kind: Mapped[str] = mapped_column(String(16), default="batch")  # "job": from /v1/jobs
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     errors: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -167,11 +172,23 @@ class JobStore:
     def get(self, job_id: str, tenant: str | None = None) -> Job:
         return self._owned(Job, job_id, tenant)
 
-    def list(self, tenant: str | None = None, limit: int = 20) -> list[Job]:
-        query = select(Job).order_by(Job.created_at.desc()).limit(limit)
+    def list(
+        self,
+        tenant: str | None = None,
+        limit: int = 20,
+        after: str | None = None,
+        kind: str | None = None,
+    ) -> list[Job]:
+        """Newest first; ``after``: the id of the last job of the previous page (a cursor)."""
+        query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
         if tenant is not None:
             query = query.where(Job.tenant == tenant)
+        if kind is not None:
+            query = query.where(Job.kind == kind)
         with Session(self.engine, expire_on_commit=False) as s:
+            if after is not None:
+                cursor = self._owned(Job, after, tenant)
+                query = query.where(_past(Job, cursor, newest_first=True))
             return list(s.scalars(query))
 
     def move(self, job_id: str, target: JobStatus, error: str | None = None) -> Job:
@@ -185,7 +202,8 @@ class JobStore:
             job.status = target.value
             setattr(job, f"{target.value}_at", datetime.now(UTC))
             if error is not None:
-                job.errors = [*job.errors, {"code": target.value, "message": error}]
+                entry = {"code": target.value, "message": error, "param": None, "line": None}
+                job.errors = [*job.errors, entry]
         return job
 
     def set_fields(self, job_id: str, **fields: Any) -> None:
@@ -208,6 +226,47 @@ class JobStore:
 
     def get_file(self, file_id: str, tenant: str | None = None) -> File:
         return self._owned(File, file_id, tenant)
+
+    def list_files(
+        self,
+        tenant: str,
+        purpose: str | None = None,
+        limit: int = 20,
+        after: str | None = None,
+        newest_first: bool = True,
+    ) -> builtins.list[File]:
+        """A tenant's files; ``after``: the id of the last file of the previous page."""
+        order = (
+            (File.created_at.desc(), File.id.desc())
+            if newest_first
+            else (
+                File.created_at.asc(),
+                File.id.asc(),
+            )
+        )
+        query = select(File).where(File.tenant == tenant).order_by(*order).limit(limit)
+        if purpose is not None:
+            query = query.where(File.purpose == purpose)
+        if after is not None:
+            query = query.where(_past(File, self._owned(File, after, tenant), newest_first))
+        with Session(self.engine, expire_on_commit=False) as s:
+            return list(s.scalars(query))
+
+    def delete_file(self, file_id: str, tenant: str) -> File:
+        """Forget a file (the caller removes its content)."""
+        record = self._owned(File, file_id, tenant)
+        with Session(self.engine) as s, s.begin():
+            row = s.get(File, file_id)
+            if row is not None:
+                s.delete(row)
+        return record
+
+    def jobs_reading(self, file_id: str) -> builtins.list[Job]:
+        """The unfinished jobs whose input is this file."""
+        done = [st.value for st in FINAL]
+        query = select(Job).where(Job.input_file_id == file_id, Job.status.not_in(done))
+        with Session(self.engine, expire_on_commit=False) as s:
+            return list(s.scalars(query))
 
     # --- rows of one tenant ------------------------------------------------------------------
     def _add(self, row: Owned) -> Owned:
@@ -241,6 +300,17 @@ class JobStore:
         with Session(self.engine) as s:
             record = s.get(ApiKey, key_hash(key))
         return record.tenant if record is not None else None
+
+
+def _past(model: type[Owned], cursor: Owned, newest_first: bool) -> ColumnElement[bool]:
+    """The rows after ``cursor`` in a page order of (created_at, id)."""
+    if newest_first:
+        return (model.created_at < cursor.created_at) | (
+            (model.created_at == cursor.created_at) & (model.id < cursor.id)
+        )
+    return (model.created_at > cursor.created_at) | (
+        (model.created_at == cursor.created_at) & (model.id > cursor.id)
+    )
 
 
 def key_hash(key: str) -> str:

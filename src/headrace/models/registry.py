@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -61,6 +62,13 @@ def model_spec(name: str) -> ModelSpec:
     if factory is None:
         raise UnknownModelError(f"unknown model {name!r}; known: {', '.join(known_models())}")
     return factory()
+
+
+def embedding_size(spec: ModelSpec) -> int:
+    """The length of the vectors an encoder gives (its ``hidden_size``, read from the
+    model's own config)."""
+    config = json.loads((spec.path / "config.json").read_text(encoding="utf-8"))
+    return int(config.get("hidden_size") or config["n_embd"])
 
 
 def served_models(settings: Settings) -> dict[str, int]:

@@ -1,0 +1,169 @@
+"""``/v1/batches`` as OpenAI serves it: create (``completion_window`` is ``24h``, or a shorter
+window written the same way, e.g. ``90s``, ``30m``), retrieve, list (``after`` cursor and
+``has_more``, newest first), cancel from ``validating``, ``in_progress`` or ``finalizing``
+(it ends ``cancelled``, the lines answered so far in its output file; cancelling a finished
+batch is 409). ``request_counts``, ``usage``, ``errors`` and ``metadata`` in OpenAI's shape."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field, field_validator
+
+from headrace.config.settings import Settings
+from headrace.jobs.api import ApiError, Tenant
+from headrace.jobs.files_api import list_page, owned_file, unix
+from headrace.jobs.launch import new_job, start_detached
+from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
+from headrace.jobs.store import Job, JobNotFound, JobStore
+
+WINDOW = re.compile(r"(\d{1,5})([smh])")
+UNIT_S = {"s": 1, "m": 60, "h": 3600}
+MAX_WINDOW_S = 24 * 3600
+
+
+def window_seconds(window: str) -> int:
+    """``24h`` (OpenAI's only value) or a shorter window in the same form."""
+    match = WINDOW.fullmatch(window)
+    if match is None:
+        raise ValueError("completion_window: a duration such as 24h, 30m or 90s")
+    seconds = int(match[1]) * UNIT_S[match[2]]
+    if not 1 <= seconds <= MAX_WINDOW_S:
+        raise ValueError("completion_window: between 1s and 24h")
+    return seconds
+
+
+class BatchCreate(BaseModel):
+    input_file_id: str
+    endpoint: Literal["/v1/embeddings", "/v1/completions", "/v1/chat/completions"]
+    completion_window: str = "24h"
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+
+    @field_validator("completion_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        window_seconds(value)
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for k, v in (value or {}).items():
+            if len(k) > 64 or len(v) > 512:
+                raise ValueError("metadata: keys up to 64 characters, values up to 512")
+        return value
+
+
+def window_of(job: Job) -> str:
+    if job.expires_at is None:
+        return "24h"
+    seconds = round((job.expires_at - job.created_at).total_seconds())
+    return "24h" if seconds == MAX_WINDOW_S else f"{seconds}s"
+
+
+def batch_object(job: Job) -> dict[str, Any]:
+    errors = [
+        {
+            "code": e.get("code"),
+            "message": e.get("message"),
+            "param": e.get("param"),
+            "line": e.get("line"),
+        }
+        for e in job.errors
+    ]
+    tokens = {"input_tokens": job.input_tokens, "output_tokens": job.output_tokens}
+    return {
+        "id": job.id,
+        "object": "batch",
+        "endpoint": job.endpoint,
+        "model": job.model,
+        "errors": {"object": "list", "data": errors} if errors else None,
+        "input_file_id": job.input_file_id,
+        "completion_window": window_of(job),
+        "status": job.status,
+        "output_file_id": job.output_file_id,
+        "error_file_id": job.error_file_id,
+        "created_at": unix(job.created_at),
+        "in_progress_at": unix(job.in_progress_at),
+        "expires_at": unix(job.expires_at),
+        "finalizing_at": unix(job.finalizing_at),
+        "completed_at": unix(job.completed_at),
+        "failed_at": unix(job.failed_at),
+        "expired_at": unix(job.expired_at),
+        "cancelling_at": unix(job.cancelling_at),
+        "cancelled_at": unix(job.cancelled_at),
+        "request_counts": {"total": job.total, "completed": job.completed, "failed": job.failed},
+        "usage": {
+            **tokens,
+            "total_tokens": job.input_tokens + job.output_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+        "metadata": job.metadata_ or None,
+    }
+
+
+def owned_job(store: JobStore, batch_id: str, tenant: str, kind: str = "batch") -> Job:
+    try:
+        job = store.get(batch_id, tenant)
+    except JobNotFound:
+        job = None
+    if job is None or job.kind != kind:
+        raise ApiError(404, f"no {kind} {batch_id}", f"{kind}_not_found", param=f"{kind}_id")
+    return job
+
+
+def batches_router(settings: Settings, store: JobStore) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/batches")
+    def create_batch(tenant: Tenant, body: BatchCreate) -> dict[str, Any]:
+        source = owned_file(store, body.input_file_id, tenant)
+        if source.purpose != "batch":
+            message = f"{source.id} has purpose {source.purpose!r}; a batch reads 'batch' files"
+            raise ApiError(400, message, "invalid_value", param="input_file_id")
+        job = new_job(
+            store,
+            settings,
+            source.location,
+            tenant=tenant,
+            metadata=body.metadata,
+            endpoint=body.endpoint,
+            completion_window_s=window_seconds(body.completion_window),
+        )
+        store.set_fields(job.id, input_file_id=source.id)
+        start_detached(settings, job.id)
+        return batch_object(store.get(job.id))
+
+    @router.get("/v1/batches/{batch_id}")
+    def get_batch(tenant: Tenant, batch_id: str) -> dict[str, Any]:
+        return batch_object(owned_job(store, batch_id, tenant))
+
+    @router.get("/v1/batches")
+    def list_batches(
+        tenant: Tenant,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        after: str | None = None,
+    ) -> dict[str, Any]:
+        if after is not None:
+            owned_job(store, after, tenant)
+        jobs = store.list(tenant=tenant, limit=limit + 1, after=after, kind="batch")
+        return list_page([batch_object(j) for j in jobs], limit)
+
+    @router.post("/v1/batches/{batch_id}/cancel")
+    def cancel_batch(tenant: Tenant, batch_id: str) -> dict[str, Any]:
+        job = owned_job(store, batch_id, tenant)
+        if job.state in FINAL:
+            message = f"batch {batch_id} is {job.status}: there is nothing to cancel"
+            raise ApiError(409, message, "batch_not_cancellable", param="batch_id")
+        if job.state is not JobStatus.cancelling:
+            try:
+                store.move(job.id, JobStatus.cancelling)
+            except IllegalTransition:  # it finished meanwhile
+                message = f"batch {batch_id} finished: there is nothing to cancel"
+                raise ApiError(409, message, "batch_not_cancellable", param="batch_id") from None
+        return batch_object(store.get(job.id))
+
+    return router

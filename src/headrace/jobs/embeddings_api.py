@@ -1,0 +1,122 @@
+"""``POST /v1/embeddings`` as OpenAI serves it, through the pipeline.
+
+``input``: a string, a list of strings, a list of token ids or a list of such lists (ids are
+decoded with the model's own tokenizer and the text goes through the pipeline, which counts
+it again: ``usage`` is what the model saw). ``encoding_format``: ``float``, or ``base64``
+(little-endian float32, as the official SDKs decode it; they ask for it by default).
+``dimensions``: only the model's own size (an encoder not trained to be cut is not cut).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+from collections.abc import Callable
+from typing import Any, Literal, cast
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from headrace.jobs.api import ApiError, Tenant, api_error, reply_error
+from headrace.models.registry import ModelSpec, embedding_size, model_spec
+from headrace.models.tokenizer import tokenizer_for
+from headrace.producers.client import Client
+from headrace.schemas.errors import HeadraceError
+from headrace.schemas.messages import EmbeddingResult
+from headrace.schemas.openai_batch import EMBEDDINGS_URL
+
+MAX_INPUTS = 2048
+WAIT_S = 120.0
+
+TokenIds = list[int]
+
+
+class EmbeddingsCreate(BaseModel):
+    model: str
+    input: str | list[str] | list[TokenIds] | TokenIds
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: str | None = None
+
+
+def encode_base64(vector: list[float]) -> str:
+    """A vector as OpenAI's base64 encoding: little-endian float32."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def _texts(body: EmbeddingsCreate, spec: ModelSpec) -> list[str]:
+    raw = body.input
+    if isinstance(raw, str):
+        return [raw]
+    if not raw:
+        raise ApiError(400, "input: give at least one text", "invalid_value", param="input")
+    if len(raw) > MAX_INPUTS:
+        raise ApiError(400, f"input: at most {MAX_INPUTS} inputs", "invalid_value", param="input")
+    first = raw[0]
+    if isinstance(first, str):
+        return [t for t in raw if isinstance(t, str)]
+    rows = [cast(TokenIds, raw)] if isinstance(first, int) else cast(list[TokenIds], raw)
+    return _decoded(rows, spec)
+
+
+def _decoded(rows: list[list[int]], spec: ModelSpec) -> list[str]:
+    tokenizer = tokenizer_for(spec.name)
+    vocab = tokenizer.get_vocab_size()
+    for i, row in enumerate(rows):
+        if not row:
+            raise ApiError(400, f"input[{i}]: no token ids", "invalid_value", param="input")
+        bad = next((t for t in row if not 0 <= t < vocab), None)
+        if bad is not None:
+            message = (
+                f"input[{i}]: token id {bad} is not in {spec.name}'s vocabulary (0..{vocab - 1})"
+            )
+            raise ApiError(400, message, "invalid_value", param="input")
+    return list(tokenizer.decode_batch(rows, skip_special_tokens=True))
+
+
+def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(EMBEDDINGS_URL)
+    async def embeddings(tenant: Tenant, body: EmbeddingsCreate) -> dict[str, Any]:
+        try:
+            spec = model_spec(body.model)
+        except HeadraceError as exc:
+            raise api_error(exc) from exc
+        if spec.task != "embed":
+            message = f"{body.model} is a {spec.task} model; it gives no embeddings"
+            raise ApiError(400, message, "invalid_model", param="model")
+        size = embedding_size(spec)
+        if body.dimensions is not None and body.dimensions != size:
+            message = (
+                f"{body.model} gives {size}-dimensional embeddings and cannot be cut to "
+                f"{body.dimensions}; omit dimensions or pass {size}"
+            )
+            raise ApiError(400, message, "invalid_value", param="dimensions")
+        texts = _texts(body, spec)
+        client = client_for(tenant)
+        try:
+            submissions = await asyncio.to_thread(client.submit_many, texts, model=body.model)
+            replies = await asyncio.wait_for(
+                asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), WAIT_S
+            )
+        except (HeadraceError, TimeoutError) as exc:
+            raise api_error(exc) from exc
+        data, tokens = [], 0
+        for i, reply in enumerate(replies):
+            if reply.error is not None:
+                raise reply_error(reply.error)
+            assert isinstance(reply.result, EmbeddingResult)
+            tokens += reply.result.token_count
+            vector = reply.result.embedding
+            encoded = encode_base64(vector) if body.encoding_format == "base64" else vector
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    return router
