@@ -285,3 +285,31 @@ def test_errors_in_openai_shape_with_a_request_id(
         }
         echoed = http.get("/v1/models", headers={**headers, "x-request-id": "trace-42"})
         assert echoed.status_code == 200 and echoed.headers["x-request-id"] == "trace-42"
+
+
+def test_a_full_pipeline_client_is_a_429_rate_limit_error(
+    shared_pipeline: Pipeline, shared_prefix: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    env = {
+        "HEADRACE_TOPIC_PREFIX": shared_prefix,
+        "HEADRACE_CLIENT_MAX_PENDING": "1",  # one request in the air per tenant ...
+        "HEADRACE_CLIENT_ON_FULL": "raise",  # ... and no waiting for room
+    }
+    gateway = running_gateway(env, tmp_path_factory.mktemp("full"), tenants=("acme",))
+    with (
+        gateway as (url, keys),
+        openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0) as sdk,
+    ):
+        with pytest.raises(openai.RateLimitError) as full:
+            sdk.embeddings.create(model=MODEL, input=["one", "two", "three"])
+        assert full.value.code == "rate_limit_exceeded"
+        assert full.value.type == "requests" and full.value.request_id
+        deadline = time.monotonic() + 30
+        while True:  # once the one in the air is answered, there is room again
+            try:
+                alone = sdk.embeddings.create(model=MODEL, input="one")
+                break
+            except openai.RateLimitError:
+                assert time.monotonic() < deadline, "no room came back"
+                time.sleep(0.2)
+        assert len(alone.data) == 1
