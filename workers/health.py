@@ -3,8 +3,10 @@
 
 Two reasons to degrade, each clearing by itself:
 
-- **no workers**: no live worker for ``degrade_after_s`` (counted from construction, so a
-  dispatcher started before its workers gives them that long). Clears when one beats again.
+- **no workers**: a bucket that had a live worker and has had none for ``degrade_after_s``.
+  Clears when one beats again. A bucket that never had one is starting (its workers load
+  their model): its requests queue, within their deadlines, for up to ``cold_start_s`` from
+  construction; only past that does it count as without workers (none is coming).
 - **failing**: at least ``min_requests`` answered within ``window_s`` and the share of model
   errors at or above ``error_rate``. Opens for ``cooldown_s``; then the window starts empty and
   requests flow again (half-open); if they keep failing it opens again.
@@ -27,6 +29,7 @@ class Health(StrEnum):
 @dataclass(frozen=True)
 class HealthPolicy:
     degrade_after_s: float = 5.0
+    cold_start_s: float = 300.0
     error_rate: float = 0.5
     min_requests: int = 20
     window_s: float = 30.0
@@ -37,7 +40,8 @@ class BucketHealth:
     def __init__(self, policy: HealthPolicy, clock: Callable[[], float]) -> None:
         self.policy = policy
         self.clock = clock
-        self._last_live = clock()
+        self._started = clock()
+        self._last_live: float | None = None  # None: no live worker seen yet
         self._outcomes: deque[tuple[float, int, int]] = deque()  # (time, ok, failed)
         self._open_until: float | None = None
 
@@ -63,7 +67,10 @@ class BucketHealth:
             if now < self._open_until:
                 return Health.failing
             self._open_until = None  # half-open: let requests through and watch again
-        if now - self._last_live >= self.policy.degrade_after_s:
+        if self._last_live is None:
+            if now - self._started >= self.policy.cold_start_s:
+                return Health.no_workers
+        elif now - self._last_live >= self.policy.degrade_after_s:
             return Health.no_workers
         return Health.ok
 

@@ -34,6 +34,7 @@ def workerless() -> Iterator[tuple[Pipeline, Settings]]:
     env = pipeline_env(
         prefix,
         HEADRACE_DEGRADE_AFTER_S="1",
+        HEADRACE_COLD_START_S="1",  # no worker is coming until the test starts one
         HEADRACE_FAULT_SLOW_MARKER=SLOW,
         HEADRACE_FAULT_POISON_MARKER=POISON,
         HEADRACE_BREAKER_MIN_REQUESTS="10",

@@ -6,18 +6,33 @@ from headrace.workers.health import BucketHealth, Health, HealthPolicy
 from tests.clock import FakeClock
 
 POLICY = HealthPolicy(
-    degrade_after_s=5, error_rate=0.5, min_requests=10, window_s=30, cooldown_s=10
+    degrade_after_s=5, cold_start_s=60, error_rate=0.5, min_requests=10, window_s=30, cooldown_s=10
 )
 
 
-def test_no_workers_degrades_after_the_grace_and_recovers_when_one_beats() -> None:
+def test_a_bucket_that_never_had_a_worker_is_starting_until_the_cold_start_ends() -> None:
     clock = FakeClock()
     health = BucketHealth(POLICY, clock)
     health.observe_workers(0)
-    clock.now += 4.9
-    assert health.state() is Health.ok  # a dispatcher started before its workers waits
-    clock.now += 0.2
+    clock.now += 59.9  # workers still loading their model: its requests queue
+    health.observe_workers(0)
+    assert health.state() is Health.ok
+    clock.now += 0.2  # none came: nobody is coming
     assert health.state() is Health.no_workers
+    health.observe_workers(1)
+    assert health.state() is Health.ok
+
+
+def test_a_bucket_that_lost_its_workers_degrades_after_the_grace_and_recovers() -> None:
+    clock = FakeClock()
+    health = BucketHealth(POLICY, clock)
+    clock.now += 30  # the first worker came up after 30 s of cold start
+    health.observe_workers(1)
+    clock.now += 4.9
+    health.observe_workers(0)
+    assert health.state() is Health.ok  # a missed beat or two
+    clock.now += 0.2
+    assert health.state() is Health.no_workers  # it had workers and lost them
     health.observe_workers(1)
     assert health.state() is Health.ok
     clock.now += 5.1  # heartbeats stopped again

@@ -56,6 +56,7 @@ class CoreConfig:
             degraded_fallback=settings.degraded_fallback,
             health=HealthPolicy(
                 degrade_after_s=settings.degrade_after_s,
+                cold_start_s=settings.cold_start_s,
                 error_rate=settings.breaker_error_rate,
                 min_requests=settings.breaker_min_requests,
                 window_s=settings.breaker_window_s,

@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     # new requests at once with `unavailable` ("error") or keeps queueing them ("queue"), and
     # tries again after breaker_cooldown_s.
     degrade_after_s: float = Field(default=5.0, gt=0)
+    # A bucket that has never had a live worker is starting, not broken: its requests queue
+    # (within their deadlines) for up to cold_start_s while workers load their model.
+    cold_start_s: float = Field(default=300.0, gt=0)
     degraded_fallback: Literal["error", "queue"] = "error"
     breaker_error_rate: float = Field(default=0.5, gt=0, le=1)
     breaker_min_requests: int = Field(default=20, ge=1)

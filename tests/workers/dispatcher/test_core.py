@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from headrace.schemas.errors import ErrorCode
 from headrace.workers.dispatcher import events as ev
+from headrace.workers.health import HealthPolicy
 from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of, ref
 
 P16 = (TOPICS.requests(16), 0)
@@ -293,13 +294,32 @@ def test_redis_lost_its_data_what_was_answered_is_done_the_rest_goes_again() -> 
 
 
 def test_a_bucket_without_a_live_worker_for_degrade_after_s_answers_unavailable() -> None:
-    rig = Rig()
-    rig.tick(5.1)
-    [answer] = of(ev.Answer, rig.read(rig.request("r1")))
-    assert answer.error.code is ErrorCode.unavailable
-    queueing = Rig(degraded_fallback="queue")
-    queueing.tick(5.1)
-    assert not of(ev.Answer, queueing.read(queueing.request("r1")))
+    for fallback in ("error", "queue"):
+        rig = Rig(degraded_fallback=fallback)
+        rig.workers()
+        rig.workers({16: set(), 32: set()})  # its workers are gone
+        rig.tick(5.1)
+        answers = of(ev.Answer, rig.read(rig.request("r1")))
+        if fallback == "queue":
+            assert not answers
+        else:
+            [answer] = answers
+            assert answer.error is not None and answer.error.code is ErrorCode.unavailable
+            assert "no live worker" in answer.error.message
+
+
+def test_at_cold_start_requests_queue_until_the_first_worker_is_up() -> None:
+    rig = Rig(health=HealthPolicy(degrade_after_s=5, cold_start_s=60))
+    rig.workers({16: set(), 32: set()})
+    rig.tick(30)  # workers still loading their model, long past degrade_after_s
+    assert not of(ev.Answer, rig.read(rig.request("r1")))
+    rig.workers()  # the first worker is up
+    [send] = of(ev.SendBatch, rig.tick(0.03))
+    assert ids(send) == ["r1"]
+    late = Rig(health=HealthPolicy(degrade_after_s=5, cold_start_s=60))
+    late.tick(60.1)  # none came within the cold start: none is coming
+    [answer] = of(ev.Answer, late.read(late.request("r1")))
+    assert answer.error is not None and answer.error.code is ErrorCode.unavailable
 
 
 def test_a_bucket_whose_model_keeps_failing_answers_unavailable_for_a_while() -> None:
