@@ -31,9 +31,7 @@ def test_requests_sent_before_any_worker_is_up_are_all_answered(stack: LocalStac
         client.flush()
         sent_at = time.monotonic()
         assert not any(w.alive() for w in pipeline.workers)  # none is up yet
-        starters = [
-            threading.Thread(target=pipeline.add_worker, args=("all",)) for _ in range(2)
-        ]
+        starters = [threading.Thread(target=pipeline.add_worker, args=("all",)) for _ in range(2)]
         for starter in starters:
             starter.start()
         for starter in starters:
