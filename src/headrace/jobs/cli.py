@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from headrace.config.settings import Settings
+from headrace.health.reach import require
 from headrace.jobs.formats import InputFormat
 from headrace.jobs.launch import new_job, start_detached
 from headrace.jobs.lifecycle import FINAL, JobStatus
@@ -33,7 +34,10 @@ console = Console()
 Tenant = Annotated[str, typer.Option(help="the tenant the job belongs to")]
 
 
-def _store(settings: Settings) -> JobStore:
+def _store(settings: Settings, *more: str) -> JobStore:
+    """The job store, once it and the ``more`` services answer (else ServiceUnreachable:
+    one line, see ``headrace.ops.cli.main``)."""
+    require(settings, "sql", *more)
     return JobStore(settings.sql_url)
 
 
@@ -109,7 +113,7 @@ def create(
     settings = Settings()
     if not input_location.startswith("s3://") and not Path(input_location).exists():
         raise typer.BadParameter(f"{input_location}: no such file")
-    store = _store(settings)
+    store = _store(settings, "kafka")
     if not input_location.startswith("s3://"):
         input_location = str(Path(input_location).resolve())
     job = new_job(
@@ -133,7 +137,7 @@ def run(job_id: str, truncate: bool = False, window: int = RunOptions.window) ->
     logging.getLogger("kafka").setLevel(logging.WARNING)
     settings = Settings()
     options = RunOptions(truncate=truncate, window=window)
-    JobRunner(_store(settings), job_id, settings, options).run()
+    JobRunner(_store(settings, "kafka"), job_id, settings, options).run()
 
 
 @batch.command("resume")
@@ -144,7 +148,7 @@ def resume(
 ) -> None:
     """Carry on with a job whose runner stopped: lines already answered are skipped."""
     settings = Settings()
-    store = _store(settings)
+    store = _store(settings, "kafka")
     job = _get(store, job_id)
     if job.state in FINAL:
         _print_job(job)

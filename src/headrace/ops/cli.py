@@ -15,9 +15,14 @@ from rich.console import Console
 from rich.table import Table
 
 from headrace.config.settings import Settings
+from headrace.health.reach import explain, require
 from headrace.jobs.cli import batch
 
-app = typer.Typer(help="headrace: a length-bucketed inference pipeline.", no_args_is_help=True)
+app = typer.Typer(
+    help="headrace: a length-bucketed inference pipeline.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # locals may hold secrets
+)
 dev = typer.Typer(help="The embedded local stack (S3, Kafka-protocol broker, Redis).")
 schema = typer.Typer(help="Wire contracts.")
 cache = typer.Typer(help="The tiered result cache.")
@@ -28,6 +33,43 @@ app.add_typer(batch, name="batch")
 api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
 app.add_typer(api_key, name="api-key")
 console = Console()
+errors = Console(stderr=True)
+EX_UNAVAILABLE = 69  # sysexits.h: a service this command needs is unavailable
+_options = {"debug": False}
+
+
+@app.callback()
+def _global(
+    debug: bool = typer.Option(False, "--debug", help="show the traceback behind an error"),
+) -> None:
+    _options["debug"] = debug
+
+
+def main() -> None:
+    """The ``headrace`` command: a service that cannot be reached is one line naming it,
+    where it was looked for and what to do (the traceback only with ``--debug``)."""
+    try:
+        app()
+    except Exception as exc:
+        unreachable = None if _options["debug"] else explain(exc, _quiet_settings())
+        if unreachable is None:
+            raise
+        errors.print(f"[red]error:[/red] {unreachable}", highlight=False, soft_wrap=True)
+        sys.exit(EX_UNAVAILABLE)
+
+
+def _quiet_settings() -> Settings:
+    try:
+        return Settings()
+    except Exception:  # settings that do not load: explain with the defaults
+        return Settings.model_construct()
+
+
+def _needs(*services: str) -> Settings:
+    """The settings, once every one of ``services`` answered (else ServiceUnreachable)."""
+    settings = Settings()
+    require(settings, *services)
+    return settings
 
 
 def _logging(level: str) -> None:
@@ -95,7 +137,7 @@ def dispatcher(log_level: str = "INFO") -> None:
     from headrace.workers.dispatcher.shell import Dispatcher
 
     _logging(log_level)
-    service = Dispatcher(Settings())
+    service = Dispatcher(_needs("kafka", "redis"))
     # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
     signal.signal(signal.SIGUSR2, lambda *_: service.report_requested.set())
     service.run(_stop_on_signal())
@@ -116,6 +158,7 @@ def worker(
     if plan:
         _print_plan(settings, _buckets(buckets, settings), max_new_tokens)
         return
+    require(settings, "kafka", "redis")
     try:
         serve(settings, _buckets(buckets, settings), loglevel=log_level)
     except WarmUpFailed as exc:
@@ -171,7 +214,7 @@ def gateway(
 
     from headrace.jobs.gateway import create_app
 
-    uvicorn.run(create_app(Settings()), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(_needs("sql", "kafka")), host=host, port=port, log_level=log_level)
 
 
 @api_key.command("create")
@@ -182,7 +225,7 @@ def api_key_create(
     """Make a new gateway API key for TENANT; it is printed once, only its hash is kept."""
     from headrace.jobs.store import JobStore
 
-    print(JobStore(Settings().sql_url).add_api_key(tenant, label))
+    print(JobStore(_needs("sql").sql_url).add_api_key(tenant, label))
 
 
 @app.command()
@@ -191,7 +234,7 @@ def invalidator(log_level: str = "INFO") -> None:
     from headrace.consumers.invalidation import Invalidator
 
     _logging(log_level)
-    Invalidator(Settings()).run(_stop_on_signal())
+    Invalidator(_needs("kafka", "redis", "s3")).run(_stop_on_signal())
 
 
 @cache.command("stats")
@@ -199,7 +242,7 @@ def cache_stats() -> None:
     """Entries in L2 and L3, and the counters the cache keeps in Redis."""
     from headrace.cache.store import open_cache
 
-    store = open_cache(Settings(), l1=False)
+    store = open_cache(_needs("redis", "s3"), l1=False)
     table = Table("figure", "value")
     table.add_row("L2 entries (Redis)", str(store.l2.entry_count()))
     if store.l3 is not None:
@@ -239,7 +282,7 @@ def cache_invalidate(
     except ValidationError as exc:
         console.print(f"[red]invalid invalidation:[/red] {exc.errors()[0]['msg']}")
         raise typer.Exit(2) from exc
-    settings = Settings()
+    settings = _needs("kafka")
     topic = Topics(settings.topic_prefix).invalidate
     transport = open_transport(settings)
     transport.ensure_topics([topic], partitions=1)
@@ -262,7 +305,7 @@ def embed(
     from headrace.schemas.errors import HeadraceError
 
     try:
-        with Client(Settings(), tenant=tenant) as client:
+        with Client(_needs("kafka"), tenant=tenant) as client:
             for submission in client.submit_many(texts, truncate=truncate):
                 reply = submission.result(wait_s)
                 sys.stdout.write(reply.model_dump_json() + "\n")
@@ -289,10 +332,25 @@ def demo(count: int = 300, seed: int = 7) -> None:
 
 
 @app.command()
+def doctor() -> None:
+    """Check every connection, the model's files and the settings; exit 1 if one fails."""
+    from headrace.ops.doctor import examine
+
+    table = Table("check", "where", "", "detail")
+    findings = examine()
+    for f in findings:
+        mark = "[green]ok[/green]" if f.ok else "[red]FAIL[/red]"
+        table.add_row(f.what, f.where, mark, f.detail)
+    console.print(table)
+    if not all(f.ok for f in findings):
+        raise typer.Exit(1)
+
+
+@app.command()
 def settings() -> None:
     """Print the effective settings (secrets masked)."""
     console.print_json(json.dumps(Settings().model_dump(mode="json")))
 
 
 if __name__ == "__main__":
-    app()
+    main()
