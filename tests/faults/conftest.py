@@ -1,4 +1,5 @@
-"""Print the fault table (fault, requests, replies, duplicates, lost, recovery) at the end."""
+"""Print the fault table (fault, requests, replies, duplicates, lost, the longest stall after
+the fault, and the time from the fault to the last reply) at the end."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     write = terminalreporter.write_line
     write("")
     write("fault injection: every request_id counted on its reply topic")
-    write(f"{'fault':<34}{'requests':>9}{'replies':>9}{'dups':>6}{'lost':>6}{'recovery s':>12}")
+    head = f"{'fault':<34}{'requests':>9}{'replies':>9}{'dups':>6}{'lost':>6}"
+    write(f"{head}{'stall s':>9}{'all answered s':>16}")
     for r in rows:
         write(
             f"{r['fault']:<34}{r['requests']:>9}{r['replies']:>9}{r['duplicates']:>6}"
-            f"{r['lost']:>6}{r['recovery_s']:>12.2f}  {r['errors'] or ''}"
+            f"{r['lost']:>6}{r['recovery_s']:>9.2f}{r.get('all_answered_s', float('nan')):>16.2f}"
+            f"  {r['errors'] or ''}"
         )

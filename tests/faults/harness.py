@@ -48,6 +48,8 @@ class Outcome:
     lost: int
     recovery_s: float
     errors: dict[str, int] = field(default_factory=dict)
+    # from the fault to the last reply: how long the pipeline needed to answer everything
+    all_answered_s: float = float("nan")
     # requests whose reply the client never saw (lost on the topic, or a short read of it)
     client_missing: int = 0
     # lost requests by their claim in the ledger: "answered" means a reply was acknowledged
@@ -119,6 +121,12 @@ class Run:
                 out.append(None)
         return out
 
+    def all_answered_s(self, fault_at: float) -> float:
+        """From the fault to the last reply (0 if every reply came before it)."""
+        with self._lock:
+            last = max(self.arrivals, default=float("nan"))
+        return max(0.0, last - fault_at)
+
     def recovery_s(self, fault_at: float) -> float:
         """The longest stretch without a reply from the fault on: how long the pipeline
         stalled before it served again (0 if it never paused)."""
@@ -138,6 +146,7 @@ def count_on_topic(
     recovery_s: float,
     replies: Sequence[Reply | None] = (),
     tenant: str = "faults",
+    all_answered_s: float = float("nan"),
 ) -> Outcome:
     """Count the replies the topic really holds for ``ids`` (``replies``: what the client
     received, None where nothing came; ``tenant``: theirs, to look lost ones up)."""
@@ -159,6 +168,7 @@ def count_on_topic(
         lost=len(lost),
         recovery_s=round(recovery_s, 2),
         errors=dict(errors),
+        all_answered_s=round(all_answered_s, 2),
         client_missing=sum(1 for r in replies if r is None),
         lost_claims=claims_of(settings, tenant, lost),
         lost_requests_on_topic=requests_on_topics(settings, set(lost)),
@@ -289,6 +299,7 @@ def run_with_fault(
             name,
             run.recovery_s(fault_at),
             replies,
+            all_answered_s=run.all_answered_s(fault_at),
         )
         if outcome.lost or outcome.duplicates:
             print_log_tails(pipeline)

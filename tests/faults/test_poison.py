@@ -101,6 +101,7 @@ def test_poison_flood(stack: LocalStack) -> None:
             "flood of poison records",
             run.recovery_s(fault_at),
             replies,
+            all_answered_s=run.all_answered_s(fault_at),
         )
         if outcome.lost or outcome.duplicates:
             print_log_tails(pipeline)
