@@ -22,6 +22,15 @@ def test_compose_has_the_production_services() -> None:
         assert services[name]["environment"]["HEADRACE_BROKER_FLAVOR"] == "kafka"
     devices = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
+    assert {"init", "gateway", "invalidator"} <= set(services)
+    assert services["init"]["command"] == ["init"] and services["init"]["restart"] == "no"
+    for name in ("dispatcher", "worker", "gateway", "invalidator"):
+        service = services[name]
+        assert service["depends_on"]["init"] == {"condition": "service_completed_successfully"}
+        assert service["healthcheck"]["test"][0] == "CMD", name
+        assert service["restart"] == "unless-stopped"
+    assert "headrace" in services["dispatcher"]["healthcheck"]["test"]
+    assert "/openapi.json" in " ".join(services["gateway"]["healthcheck"]["test"])
     text = COMPOSE.read_text().lower()
     assert "password:" not in text.replace("_password:", "")  # secrets only by ${VAR}
 

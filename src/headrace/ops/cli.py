@@ -332,6 +332,29 @@ def demo(count: int = 300, seed: int = 7) -> None:
 
 
 @app.command()
+def init() -> None:
+    """One-shot setup of a deployment: create every topic of this prefix (request buckets,
+    the unbucketed ingress, control, invalidate, dead letter) and bring the job store's
+    schema up to date. Safe to run again."""
+    from headrace.jobs.store import JobStore
+    from headrace.schemas.topics import Topics
+    from headrace.transport import open_transport
+
+    settings = _needs("kafka", "sql")
+    topics = Topics(settings.topic_prefix)
+    buckets = [topics.requests(b) for b in settings.buckets]
+    transport = open_transport(settings)
+    try:
+        transport.ensure_topics([*buckets, topics.ingress, topics.dead_letter])
+        transport.ensure_topics([topics.control, topics.invalidate], partitions=1)
+    finally:
+        transport.close()
+    revision = JobStore(settings.sql_url).revision()
+    console.print(f"topics: {len(buckets) + 4} of prefix {settings.topic_prefix!r} exist")
+    console.print(f"job store: at revision {revision}")
+
+
+@app.command()
 def doctor() -> None:
     """Check every connection, the model's files and the settings; exit 1 if one fails."""
     from headrace.ops.doctor import examine
