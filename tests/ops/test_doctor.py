@@ -8,10 +8,16 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from kafka import KafkaAdminClient
 
+from headrace.config.settings import Settings
+from headrace.jobs.store import JobStore
 from headrace.ops.localstack import LocalStack
+from headrace.schemas.topics import Topics
+from tests.conftest import unique_prefix
 from tests.jobs.gateway_proc import free_port
 
 CLI = [sys.executable, "-m", "headrace.ops.cli"]
@@ -83,3 +89,23 @@ def test_doctor_checks_every_service_and_the_model(stack: LocalStack) -> None:
     rows = {line.split("│")[1].strip(): line for line in broken.stdout.splitlines() if "│" in line}
     assert "FAIL" in rows["redis"] and "HEADRACE_REDIS_URL" in broken.stdout
     assert " ok " in rows["kafka"] and " ok " in rows["s3"]  # only what is broken fails
+
+
+def test_init_creates_every_topic_and_migrates_the_job_store(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    prefix = unique_prefix("init")
+    env = {"HEADRACE_TOPIC_PREFIX": prefix, "HEADRACE_SQL_URL": f"sqlite:///{tmp_path}/jobs.db"}
+    for _ in range(2):  # safe to run again
+        result = run(["init"], env)
+        assert result.returncode == 0, result.stdout + result.stderr
+    settings = Settings(topic_prefix=prefix)
+    topics = Topics(prefix)
+    wanted = {topics.requests(b) for b in settings.buckets}
+    wanted |= {topics.ingress, topics.control, topics.invalidate, topics.dead_letter}
+    admin = KafkaAdminClient(**settings.kafka_options())
+    try:
+        assert wanted <= set(admin.list_topics())
+    finally:
+        admin.close()
+    assert JobStore(env["HEADRACE_SQL_URL"]).revision() == "0003"
