@@ -1,6 +1,7 @@
 """The invalidation consumer: turns events on upstream topics (through the tag rules in
 settings) and explicit records on ``<prefix>.invalidate`` into cache invalidations, applied
-to L2 and L3 and broadcast to every process's L1.
+to L2 and L3 and broadcast to every process's L1. It also archives idle sessions to S3 on a
+schedule (``archive_sessions``).
 
 Partitions are assigned, not balanced in a consumer group (tansu's group rebalancing is
 unreliable, see README), and offsets are committed under one group id after the records
@@ -24,10 +25,11 @@ from headrace.cache.keys import model_scope, tag_scope, tenant_scope
 from headrace.cache.store import TieredCache, open_cache
 from headrace.config.settings import Settings
 from headrace.config.tag_rules import RuleMismatch, TagRule
-from headrace.connections import REDIS_ERRORS
+from headrace.connections import REDIS_ERRORS, S3Unavailable
 from headrace.health.ready import announce_ready
 from headrace.schemas.cache import Invalidation
 from headrace.schemas.topics import Topics
+from headrace.sessions.store import SessionStore, open_sessions
 from headrace.transport import Partition, Record, Transport, open_transport
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ APPLIED = PromCounter(
 SKIPPED = PromCounter(
     "headrace_cache_invalidations_skipped_total", "Records no rule could read", ["reason"]
 )
+ARCHIVED = PromCounter("headrace_sessions_archived_total", "Idle sessions moved to S3")
 LAG = Gauge("headrace_cache_invalidation_lag_records", "Records not yet applied", ["topic"])
 RETRY_S = 0.5
 
@@ -48,9 +51,13 @@ class Invalidator:
         settings: Settings,
         cache: TieredCache | None = None,
         transport: Transport | None = None,
+        sessions: SessionStore | None = None,
     ) -> None:
         self.settings = settings
         self.cache = cache or open_cache(settings, l1=False)
+        # the session archiver rides along: idle sessions move from Redis to S3
+        self.sessions = sessions or open_sessions(settings)
+        self._archived_at = time.monotonic()
         self.topic = Topics(settings.topic_prefix).invalidate
         self.rules: dict[str, list[TagRule]] = {}
         for rule in settings.cache_tag_rules:
@@ -69,6 +76,7 @@ class Invalidator:
         try:
             while not stop.is_set():
                 self.step()
+                self.archive_sessions()
         finally:
             self._reader.close()
 
@@ -95,6 +103,23 @@ class Invalidator:
             if high is not None and position is not None:
                 LAG.labels(partition[0]).set(max(0, high - position))
         return applied
+
+    def archive_sessions(self, force: bool = False) -> int:
+        """Every ``session_archive_every_s``: sessions idle for ``session_idle_s`` go to S3
+        (Redis or S3 away: tried again next time). Returns how many moved."""
+        now = time.monotonic()
+        if not force and now - self._archived_at < self.settings.session_archive_every_s:
+            return 0
+        self._archived_at = now
+        try:
+            moved = self.sessions.archive_idle(self.settings.session_idle_s)
+        except (*REDIS_ERRORS, S3Unavailable) as exc:
+            log.warning("archiving idle sessions failed (%s); trying again later", exc)
+            return 0
+        if moved:
+            self.counts["sessions_archived"] += moved
+            ARCHIVED.inc(moved)
+        return moved
 
     def _apply(self, record: Record) -> None:
         if record.topic == self.topic:

@@ -32,7 +32,7 @@ from headrace.health.ready import announce_ready
 from headrace.models.registry import model_spec
 from headrace.schemas.messages import Batch, Reply, StreamDelta
 from headrace.schemas.topics import Topics
-from headrace.sessions.store import SessionStore
+from headrace.sessions.store import open_sessions
 from headrace.transport import Transport, TransportError, open_transport
 from headrace.workers import tasks
 from headrace.workers.backends import EmbeddingBackend
@@ -178,15 +178,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         worker_id=worker_id,
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
-        sessions=SessionStore(
-            redis_client,
-            connections.s3_client(settings),
-            settings.sessions_s3_bucket,
-            settings.topic_prefix,
-            ttl_s=settings.session_ttl_s,
-        )
-        if spec.task == "generate"
-        else None,
+        sessions=open_sessions(settings) if spec.task == "generate" else None,
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,

@@ -13,17 +13,28 @@ from pathlib import Path
 import httpx
 import pytest
 
+from headrace.jobs.webhooks import SIGNATURE, verify
 from headrace.ops.processes import Pipeline
 from tests.jobs.gateway_proc import auth, running_gateway
 
 pytestmark = pytest.mark.timeout(300)
+
+HOOK_SECRET = b"acme-webhook-secret"
 
 
 @pytest.fixture
 def gateway(
     shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path
 ) -> Iterator[tuple[str, dict[str, str]]]:
-    with running_gateway({"HEADRACE_TOPIC_PREFIX": shared_prefix}, tmp_path) as running:
+    secrets = tmp_path / "webhook-secrets"
+    secrets.mkdir()
+    (secrets / "acme").write_bytes(HOOK_SECRET)  # globex has none: no webhooks for it
+    env = {
+        "HEADRACE_TOPIC_PREFIX": shared_prefix,
+        "HEADRACE_WEBHOOK_ALLOWED_HOSTS": '["127.0.0.1"]',  # the test's receiver
+        "HEADRACE_WEBHOOK_SECRETS_DIR": str(secrets),
+    }
+    with running_gateway(env, tmp_path) as running:
         yield running
 
 
@@ -117,10 +128,12 @@ def test_synchronous_embeddings(gateway: tuple[str, dict[str, str]]) -> None:
 def test_single_async_job_with_webhook(gateway: tuple[str, dict[str, str]]) -> None:
     url, keys = gateway
     received: list[dict[str, object]] = []
+    signed: list[bool] = []
 
     class Hook(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
+            signed.append(verify(HOOK_SECRET, self.headers.get(SIGNATURE, ""), body))
             received.append(json.loads(body))
             self.send_response(204)
             self.end_headers()
@@ -145,12 +158,22 @@ def test_single_async_job_with_webhook(gateway: tuple[str, dict[str, str]]) -> N
                 assert time.monotonic() < deadline, "no webhook call"
                 time.sleep(0.2)
             done = http_client.get(f"/v1/jobs/{job['id']}").json()
-            assert done == received[0]
+            assert done == received[0] and signed == [True]  # signed with acme's secret
             assert done["status"] == "completed" and done["metadata"] == {"k": "v"}
             assert len(done["response"]["body"]["data"][0]["embedding"]) == 384
             other = http_client.get(f"/v1/jobs/{job['id']}", headers=auth(keys["globex"]))
             assert other.status_code == 404
             listed = http_client.get("/v1/batches").json()["data"]
             assert job["id"] not in [b["id"] for b in listed]  # a job is not a batch
+
+            for target, key in (("http://10.0.0.1/hook", "acme"), (hook_url, "globex")):
+                refused = http_client.post(
+                    "/v1/jobs",
+                    json={"input": "x", "webhook_url": target},
+                    headers=auth(keys[key]),
+                )
+                assert refused.status_code == 403, refused.text  # private range; no secret
+                error = refused.json()["error"]
+                assert (error["code"], error["param"]) == ("webhook_not_allowed", "webhook_url")
     finally:
         hook.shutdown()

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".headrace")
     # The gateway's largest upload (POST /v1/files): OpenAI's limit for a batch input file.
     max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
+    # Webhooks go only to public addresses, or to hosts / networks listed here (e.g.
+    # ["hooks.internal", "10.1.0.0/16"]); each is signed with its tenant's secret, the file
+    # <webhook_secrets_dir>/<tenant> (a mounted secret). No secret: no webhooks.
+    webhook_allowed_hosts: list[str] = Field(default_factory=list)
+    webhook_secrets_dir: Path | None = None
     # Local stack broker storage. "s3" survives broker restarts, but this tansu build stops
     # serving a partition past 1,000 stored batches (measured; see README), so "memory" is
     # the default.
@@ -90,6 +95,11 @@ class Settings(BaseSettings):
     vllm_enable_prefix_caching: bool = True
     sessions_s3_bucket: str = "headrace-sessions"  # idle conversation histories, zstd
     session_ttl_s: float = Field(default=7 * 24 * 3600, gt=0)  # in Redis since last write
+    # the invalidator moves sessions idle for session_idle_s to S3, every
+    # session_archive_every_s; each process keeps at most session_l1_max_bytes of them
+    session_idle_s: float = Field(default=3600.0, gt=0)
+    session_archive_every_s: float = Field(default=60.0, gt=0)
+    session_l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     torch_threads: int | None = None
     device: str = "auto"  # "auto" picks cuda when present, else cpu
     load_weights_timeout_s: float = Field(default=300.0, gt=0)

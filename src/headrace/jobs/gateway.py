@@ -22,7 +22,7 @@ from pydantic import AnyHttpUrl, BaseModel, Field
 
 from headrace.config.settings import Settings
 from headrace.jobs import api
-from headrace.jobs.api import Tenant
+from headrace.jobs.api import ApiError, Tenant
 from headrace.jobs.batches_api import batches_router, owned_job
 from headrace.jobs.completions import completions_router
 from headrace.jobs.embeddings_api import embeddings_router
@@ -31,6 +31,7 @@ from headrace.jobs.launch import new_job, start_detached
 from headrace.jobs.models_api import models_router
 from headrace.jobs.single import KIND, job_object
 from headrace.jobs.store import JobStore
+from headrace.jobs.webhooks import WebhookRefused, check_target, secret_of
 from headrace.producers.client import Client
 from headrace.schemas.openai_batch import EMBEDDINGS_URL
 
@@ -85,6 +86,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         source.write_text(json.dumps(line) + "\n", encoding="utf-8")
         metadata: dict[str, str] = dict(body.metadata or {})
         if body.webhook_url is not None:
+            try:
+                secret_of(tenant, settings)
+                check_target(str(body.webhook_url), settings)
+            except WebhookRefused as exc:
+                raise ApiError(403, str(exc), "webhook_not_allowed", param="webhook_url") from exc
             metadata["webhook_url"] = str(body.webhook_url)
         job = new_job(store, settings, str(source), tenant=tenant, metadata=metadata, kind=KIND)
         start_detached(settings, job.id)

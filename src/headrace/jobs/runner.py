@@ -42,8 +42,9 @@ from headrace.jobs.formats import (
 from headrace.jobs.index import CustomIds
 from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
 from headrace.jobs.progress import Progress
-from headrace.jobs.single import job_object, notify
+from headrace.jobs.single import job_object
 from headrace.jobs.store import Counts, Job, JobStore
+from headrace.jobs.webhooks import notify
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorInfo, InvalidRequestError
 from headrace.schemas.messages import GenerateParams, Request, final_reply
@@ -117,7 +118,7 @@ class JobRunner:
         job = self.store.get(self.job_id)
         url = job.metadata_.get("webhook_url")
         if url and job.state in FINAL:
-            notify(url, job_object(job))
+            notify(url, job_object(job), job.tenant, self.settings)
 
     # --- validating -----------------------------------------------------------------------
     def _validate(self, job: Job) -> Job:

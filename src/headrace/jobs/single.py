@@ -1,23 +1,16 @@
 """Single asynchronous jobs (``POST /v1/jobs``): one request, submitted now, collected later,
-with an optional webhook on completion. A single job is a one-line bulk job (the same store,
-runner, resume and cancel); this module gives it its own view and its webhook."""
+with an optional webhook on completion (``webhooks``). A single job is a one-line bulk job
+(the same store, runner, resume and cancel); this module gives it its own view."""
 
 from __future__ import annotations
 
 import json
-import logging
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from headrace.jobs.store import Job
 
-log = logging.getLogger(__name__)
-
 KIND = "job"
-WEBHOOK_TRIES = 3
 
 
 def job_object(job: Job) -> dict[str, Any]:
@@ -40,21 +33,3 @@ def job_object(job: Job) -> dict[str, Any]:
             out["response"], out["error"] = line["response"], line["error"]
             break
     return out
-
-
-def notify(url: str, payload: dict[str, Any], timeout_s: float = 10) -> bool:
-    """POST ``payload`` as JSON to ``url``; tried WEBHOOK_TRIES times with backoff. False
-    if every try failed (the job's status is unaffected: the webhook is a courtesy)."""
-    data = json.dumps(payload).encode()
-    for attempt in range(WEBHOOK_TRIES):
-        request = urllib.request.Request(
-            url, data=data, headers={"Content-Type": "application/json"}, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                if 200 <= response.status < 300:
-                    return True
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            log.warning("webhook %s: try %d failed: %s", url, attempt + 1, exc)
-        time.sleep(0.5 * 2**attempt)
-    return False

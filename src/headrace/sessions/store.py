@@ -1,12 +1,14 @@
 """Session history in three tiers, with a version per session and compare-and-set writes.
 
 - **L1**: this process's copy of each session it read, used only while its version is still
-  Redis's (one ``HGET`` checks it), so another process's write is never hidden.
+  Redis's (one ``HGET`` checks it), so another process's write is never hidden. Bounded in
+  bytes (least recently used out first).
 - **Redis** (``<prefix>:session:<tenant>:<id>``, a hash of ``version`` and ``body``): the
   live copy. Writes are a Lua compare-and-set on ``version``.
 - **S3** (``<prefix>/sessions/<tenant>/<id>.json.zst``, zstd JSON): a session idle for
   ``idle_s`` is archived there and removed from Redis (only if it did not change meanwhile);
-  reading it brings it back to Redis at the same version.
+  reading it brings it back to Redis at the same version. The invalidator runs
+  ``archive_idle`` every ``session_archive_every_s``.
 
 **Conflict policy.** A write names the version it was based on. ``append`` (new turns) never
 loses a write: on a conflict it re-reads the latest version and adds the turns that are not
@@ -23,8 +25,11 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import redis
+from cachetools import LRUCache
 from pydantic import BaseModel, Field
 
+from headrace import connections
+from headrace.config.settings import Settings
 from headrace.connections import ZstdObjects
 from headrace.schemas.messages import Identifier
 
@@ -89,13 +94,16 @@ class SessionStore:
         *,
         ttl_s: float = 7 * 24 * 3600,
         clock: Callable[[], float] = time.time,
+        l1_max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.redis = client
         self.archive = ZstdObjects(s3, bucket)
         self.prefix = prefix
         self.ttl_ms = int(ttl_s * 1000)
         self.clock = clock
-        self.l1: dict[tuple[str, str], Session] = {}
+        self.l1: LRUCache[tuple[str, str], Session] = LRUCache(
+            maxsize=l1_max_bytes, getsizeof=_size
+        )
         self.stats = {"l1": 0, "redis": 0, "s3": 0, "conflicts": 0}
         self._cas = self.redis.register_script(_CAS_SET)
         self._restore = self.redis.register_script(_RESTORE)
@@ -122,7 +130,7 @@ class SessionStore:
             session = Session.model_validate_json(body)
         else:
             session = self._from_archive(tenant, session_id)
-        self.l1[(tenant, session_id)] = session
+        self._remember(session)
         return session.model_copy(deep=True)
 
     def _from_archive(self, tenant: str, session_id: str) -> Session:
@@ -159,8 +167,15 @@ class SessionStore:
         if result < 0:
             self.stats["conflicts"] += 1
             raise SessionConflict(self.get(session.tenant, session.session_id), session.version)
-        self.l1[(session.tenant, session.session_id)] = new
+        self._remember(new)
         return new.model_copy(deep=True)
+
+    def _remember(self, session: Session) -> None:
+        key = (session.tenant, session.session_id)
+        if _size(session) > self.l1.maxsize:  # larger than the whole L1: not kept
+            self.l1.pop(key, None)
+            return
+        self.l1[key] = session
 
     def append(self, session: Session, turns: list[Turn]) -> Session:
         """Add ``turns`` after ``session``'s history. On a conflict the latest version is
@@ -195,3 +210,20 @@ class SessionStore:
             )
             moved += int(self._delete_if(keys=[key], args=[session.version]))
         return moved
+
+
+def _size(session: Session) -> int:
+    """About what a session holds in memory: its text (turns dominate)."""
+    return 200 + sum(len(t.content) + 64 for t in session.turns)
+
+
+def open_sessions(settings: Settings) -> SessionStore:
+    """The session store of these settings (Redis, the sessions bucket in S3)."""
+    return SessionStore(
+        connections.redis_client(settings),
+        connections.s3_client(settings),
+        settings.sessions_s3_bucket,
+        settings.topic_prefix,
+        ttl_s=settings.session_ttl_s,
+        l1_max_bytes=settings.session_l1_max_bytes,
+    )
