@@ -102,6 +102,12 @@ def test_batch_round_trip_isolation_and_errors(gateway: tuple[str, dict[str, str
         cancel = http.post(f"/v1/batches/{batch['id']}/cancel", headers=globex)
         assert cancel.status_code == 404
 
+        # health and metrics: probed and scraped without a key
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/readyz").json() == {"status": "ready"}
+        scraped = http.get("/metrics")
+        assert scraped.status_code == 200 and "process_cpu_seconds_total" in scraped.text
+
         # no key, a wrong key
         assert http.get("/v1/batches").json()["error"]["code"] == "missing_api_key"
         wrong = http.get("/v1/batches", headers=auth("hr-not-a-key"))

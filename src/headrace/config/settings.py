@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     topic_prefix: str = "headrace"
     request_partitions: int = Field(default=1, ge=1)
     state_dir: Path = Path(".headrace")
+    # /metrics, /healthz and /readyz of a dispatcher, worker or invalidator on this port
+    # (None: not served; each command also takes --metrics-port). The gateway serves them on
+    # its own HTTP port.
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # The gateway's largest upload (POST /v1/files): OpenAI's limit for a batch input file.
     max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
     # Webhooks go only to public addresses, or to hosts / networks listed here (e.g.

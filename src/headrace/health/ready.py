@@ -9,6 +9,10 @@ READY = "READY"
 
 
 def announce_ready(kind: str, ident: str = "") -> None:
+    """Say READY on stdout, and turn this process's ``/readyz`` to 200."""
+    from headrace.health.endpoint import mark_ready
+
+    mark_ready()
     print(f"{READY} {kind} {ident}".rstrip(), flush=True)
 
 

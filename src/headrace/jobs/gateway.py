@@ -17,8 +17,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import AnyHttpUrl, BaseModel, Field
+from sqlalchemy.exc import SQLAlchemyError
 
 from headrace.config.settings import Settings
 from headrace.jobs import api
@@ -71,6 +74,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models_router(settings))
     app.include_router(files_router(settings, store))
     app.include_router(batches_router(settings, store))
+
+    # --- health: scraped and probed without an API key -------------------------------------
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    def readyz() -> JSONResponse:
+        try:
+            store.revision()  # the job store answers
+        except SQLAlchemyError as exc:
+            return JSONResponse({"status": "job store unreachable", "detail": str(exc)}, 503)
+        return JSONResponse({"status": "ready"})
 
     # --- single asynchronous jobs ---------------------------------------------------------
     @app.post("/v1/jobs")

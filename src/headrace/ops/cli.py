@@ -131,13 +131,24 @@ def _print_services(services: list) -> None:  # type: ignore[type-arg]
         console.print(table)
 
 
+MetricsPort = typer.Option(None, help="serve /metrics, /healthz, /readyz on this port")
+
+
+def _serve_health(port: int | None, settings: Settings) -> None:
+    from headrace.health.endpoint import serve_health
+
+    serve_health(port if port is not None else settings.metrics_port)
+
+
 @app.command()
-def dispatcher(log_level: str = "INFO") -> None:
+def dispatcher(log_level: str = "INFO", metrics_port: int | None = MetricsPort) -> None:
     """Run the dispatcher: bucket topics -> batches -> Celery queues."""
     from headrace.workers.dispatcher.shell import Dispatcher
 
     _logging(log_level)
-    service = Dispatcher(_needs("kafka", "redis"))
+    settings = _needs("kafka", "redis")
+    _serve_health(metrics_port, settings)
+    service = Dispatcher(settings)
     # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
     signal.signal(signal.SIGUSR2, lambda *_: service.report_requested.set())
     service.run(_stop_on_signal())
@@ -149,6 +160,7 @@ def worker(
     log_level: str = "INFO",
     plan: bool = typer.Option(False, "--plan", help="print the memory plan and exit"),
     max_new_tokens: int = typer.Option(256, help="with --plan: tokens a sequence generates"),
+    metrics_port: int | None = MetricsPort,
 ) -> None:
     """Run a Celery worker for the chosen bucket queues (model loaded and warmed up first)."""
     from headrace.workers.worker import WarmUpFailed, serve
@@ -159,6 +171,7 @@ def worker(
         _print_plan(settings, _buckets(buckets, settings), max_new_tokens)
         return
     require(settings, "kafka", "redis")
+    _serve_health(metrics_port, settings)
     try:
         serve(settings, _buckets(buckets, settings), loglevel=log_level)
     except WarmUpFailed as exc:
@@ -229,12 +242,15 @@ def api_key_create(
 
 
 @app.command()
-def invalidator(log_level: str = "INFO") -> None:
-    """Run the invalidation consumer: upstream events and <prefix>.invalidate -> evictions."""
+def invalidator(log_level: str = "INFO", metrics_port: int | None = MetricsPort) -> None:
+    """Run the invalidation consumer: upstream events and <prefix>.invalidate -> evictions
+    (and the session archiver)."""
     from headrace.consumers.invalidation import Invalidator
 
     _logging(log_level)
-    Invalidator(_needs("kafka", "redis", "s3")).run(_stop_on_signal())
+    settings = _needs("kafka", "redis", "s3")
+    _serve_health(metrics_port, settings)
+    Invalidator(settings).run(_stop_on_signal())
 
 
 @cache.command("stats")

@@ -1,0 +1,69 @@
+"""/metrics, /healthz and /readyz over real HTTP: in this process (the endpoint itself), and
+from a running dispatcher and invalidator started with --metrics-port."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import Counter
+
+from headrace.health import endpoint
+from headrace.health.endpoint import HealthServer
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Proc
+from tests.conftest import pipeline_env, unique_prefix
+from tests.jobs.gateway_proc import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+PROBE = Counter("headrace_test_endpoint_probes_total", "A series only this test registers")
+
+
+def test_the_endpoint_serves_metrics_liveness_and_readiness(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(endpoint, "_ready", threading.Event())  # not ready yet
+    server = HealthServer(0, host="127.0.0.1").start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}/readyz").status_code == 503
+        endpoint.mark_ready()
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        PROBE.inc(3)
+        metrics = httpx.get(f"{base}/metrics")
+        assert metrics.headers["content-type"].startswith("text/plain")
+        assert "headrace_test_endpoint_probes_total 3.0" in metrics.text
+        assert httpx.get(f"{base}/nothing").status_code == 404
+    finally:
+        server.stop()
+
+
+def test_a_dispatcher_and_an_invalidator_serve_them(stack: LocalStack, tmp_path: Path) -> None:
+    env = pipeline_env(unique_prefix("endpoint"))
+    ports = {"dispatcher": free_port(), "invalidator": free_port()}
+    procs = [
+        Proc(name, [name, "--metrics-port", str(port)], env, tmp_path).start()
+        for name, port in ports.items()
+    ]
+    try:
+        for name, port in ports.items():
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 10
+            while httpx.get(f"{base}/readyz").status_code != 200:  # READY said: ready
+                assert time.monotonic() < deadline, name
+                time.sleep(0.1)
+            assert httpx.get(f"{base}/healthz").status_code == 200
+            text = httpx.get(f"{base}/metrics").text
+            series = {
+                "dispatcher": "headrace_dispatcher_records_total",
+                "invalidator": "headrace_cache_invalidations_total",
+            }[name]
+            assert f"# TYPE {series.removesuffix('_total')} counter" in text, text[:500]
+    finally:
+        for proc in procs:
+            proc.stop()
