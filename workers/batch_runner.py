@@ -63,6 +63,8 @@ class BatchContext:
     # called with the replies about to be sent (the cache's write-through)
     before_delivery: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
     sessions: SessionStore | None = None  # conversation histories of generate requests
+    # called with the batch's bucket and its replies once they are acknowledged (metrics)
+    after_delivery: Callable[[int, list[tuple[BatchItem, Reply]]], None] | None = None
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
@@ -101,6 +103,8 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     for item, reply in replies:
         ctx.sink.send(item.request.reply_to, reply)
     ctx.sink.flush()
+    if ctx.after_delivery is not None:
+        ctx.after_delivery(batch.bucket, replies)
     ctx.stats["batches"] += 1
     ctx.stats["replies"] += len(replies)
     failed = sum(

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +35,7 @@ from headrace.schemas.messages import Batch, Reply, StreamDelta
 from headrace.schemas.topics import Topics
 from headrace.sessions.store import open_sessions
 from headrace.transport import Transport, TransportError, open_transport
-from headrace.workers import tasks
+from headrace.workers import metrics, tasks
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.backends.base import ModelBackend
 from headrace.workers.backends.echo import EchoBackend
@@ -166,6 +167,9 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     backend = load_backend(settings, buckets)
     spec = model_spec(settings.model)
     loaded = health(backend, worker_id, buckets) | {"plan": memory_plan(settings, backend, buckets)}
+    t = backend.timings
+    metrics.loaded(t.load_weights_s, t.build_s, t.warm_up_s)
+    metrics.watch_memory(str(getattr(backend, "device", "cpu")))
     print("LOADED " + json.dumps(loaded), flush=True)
 
     topics = Topics(settings.topic_prefix)
@@ -179,6 +183,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
         sessions=open_sessions(settings) if spec.task == "generate" else None,
+        after_delivery=lambda bucket, replies: metrics.observe(bucket, replies, time.time()),
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,
