@@ -61,6 +61,11 @@ class OffsetTracker:
             if state is not None and (state.committed is None or offset > state.committed):
                 state.committed = offset
 
+    def committed(self, partition: Partition) -> int | None:
+        """The offset last committed for this partition (None before the first commit)."""
+        state = self._parts.get(partition)
+        return state.committed if state is not None else None
+
     def expected(self, partition: Partition) -> int | None:
         """The next offset this partition should deliver (None before its first record)."""
         state = self._parts.get(partition)

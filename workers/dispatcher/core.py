@@ -174,6 +174,9 @@ class DispatcherCore:
     def final_commit(self) -> ev.Commit:
         return self._commit(sync=True)
 
+    def committed_offset(self, partition: Partition) -> int | None:
+        return self.flights.tracker.committed(partition)
+
     def expected_offset(self, partition: Partition) -> int | None:
         return self.flights.tracker.expected(partition)
 

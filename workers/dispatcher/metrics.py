@@ -22,6 +22,11 @@ PADDING_EFFICIENCY = Gauge(
     "headrace_dispatcher_padding_efficiency", "Real / padded tokens since start", ["bucket"]
 )
 IN_FLIGHT = Gauge("headrace_dispatcher_inflight_batches", "Batches not yet completed", ["bucket"])
+LAG = Gauge(
+    "headrace_dispatcher_lag_records",
+    "Records on a bucket's topic not yet read (unread) or not yet committed (uncommitted)",
+    ["bucket", "kind"],
+)
 REDISPATCHED = Counter(
     "headrace_dispatcher_redispatched_batches_total",
     "Batches sent again (lease ran out, worker died)",

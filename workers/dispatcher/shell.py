@@ -50,7 +50,7 @@ from headrace.workers.dispatcher.events import (
     Tick,
     WorkersSeen,
 )
-from headrace.workers.dispatcher.metrics import PrometheusObserver
+from headrace.workers.dispatcher.metrics import LAG, PrometheusObserver
 from headrace.workers.dispatcher.settling import Settler
 from headrace.workers.ledger import Ledger
 from headrace.workers.tasks import batch_sender
@@ -252,6 +252,25 @@ class Dispatcher:
         batch_ids = self.core.in_flight_batch_ids()
         runners = dict(zip(batch_ids, self.ledger.runners(batch_ids), strict=True))
         self.handle(WorkersSeen({b: frozenset(w) for b, w in live.items()}, runners))
+        self._export_lag()
+
+    def _export_lag(self) -> None:
+        """Per bucket: records on its topic not yet read, and not yet committed."""
+        lag: dict[tuple[str, str], int] = {}
+        for partition in self.reader.assignment():
+            bucket = self.core.bucket_of_topic.get(partition[0], "?")
+            label = "ingress" if bucket is None else str(bucket)
+            high, position = self.reader.highwater(partition), self.reader.position(partition)
+            if high is None:
+                continue
+            if position is not None:
+                lag[label, "unread"] = lag.get((label, "unread"), 0) + max(0, high - position)
+            committed = self.core.committed_offset(partition)
+            if committed is not None:
+                key = (label, "uncommitted")
+                lag[key] = lag.get(key, 0) + max(0, high - committed)
+        for (label, kind), records in lag.items():
+            LAG.labels(label, kind).set(records)
 
     def log_state(self) -> None:
         """Every partition's position and client state, then what the core holds."""

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from headrace.config.settings import Settings
 from headrace.schemas.errors import ErrorCode
@@ -204,3 +205,21 @@ def test_the_unbucketed_topic_is_read_and_forwarded(rig: Rig) -> None:
     rig.until(lambda: len(list(rig.transport.scan(rig.topics.requests(16)))) == 1)
     rig.until(lambda: len(rig.queue.sent) == 1)  # then read from its bucket and batched
     assert rig.queue.sent[0].items[0].request.request_id == "plain"
+
+
+def test_each_bucket_exports_its_lag_unread_and_uncommitted(rig: Rig) -> None:
+    def lag(kind: str) -> float | None:
+        return REGISTRY.get_sample_value(
+            "headrace_dispatcher_lag_records", {"bucket": "16", "kind": kind}
+        )
+
+    first = rig.submit("r1")
+    rig.until(lambda: len(rig.queue.sent) == 1)
+    [batch] = rig.queue.sent
+    done = Completion(batch_id=batch.batch_id, done=[batch.items[0].ref])
+    rig.ledger.finish_batch([(first.tenant, "r1")], "d1", done)
+    rig.until(lambda: rig.committed() == 1)
+    rig.submit("r2")
+    rig.submit("r3")
+    rig.until(lambda: len(rig.queue.sent) >= 2 and lag("uncommitted") == 2)
+    assert lag("unread") == 0  # read and batched, not yet answered
