@@ -16,7 +16,7 @@ from headrace.config.settings import Settings
 from headrace.jobs.api import ApiError, Tenant
 from headrace.jobs.files_api import list_page, owned_file, unix
 from headrace.jobs.launch import new_job, start_detached
-from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
+from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.store import Job, JobNotFound, JobStore
 
 WINDOW = re.compile(r"(\d{1,5})([smh])")
@@ -155,14 +155,12 @@ def batches_router(settings: Settings, store: JobStore) -> APIRouter:
     @router.post("/v1/batches/{batch_id}/cancel")
     def cancel_batch(tenant: Tenant, batch_id: str) -> dict[str, Any]:
         job = owned_job(store, batch_id, tenant)
-        if job.state in FINAL:
-            message = f"batch {batch_id} is {job.status}: there is nothing to cancel"
-            raise ApiError(409, message, "batch_not_cancellable", param="batch_id")
         if job.state is not JobStatus.cancelling:
-            try:
+            try:  # the lifecycle refuses a finished batch, under the row lock
                 store.move(job.id, JobStatus.cancelling)
-            except IllegalTransition:  # it finished meanwhile
-                message = f"batch {batch_id} finished: there is nothing to cancel"
+            except IllegalTransition:
+                status = store.get(job.id).status
+                message = f"batch {batch_id} is {status}: there is nothing to cancel"
                 raise ApiError(409, message, "batch_not_cancellable", param="batch_id") from None
         return batch_object(store.get(job.id))
 

@@ -21,7 +21,6 @@ from headrace.jobs.store import File as FileRecord
 from headrace.jobs.store import JobNotFound, JobStore
 
 UPLOAD_PURPOSES = ("batch",)  # what a user may upload; "batch_output" is written by jobs
-PURPOSES = ("batch", "batch_output")
 CHUNK = 1 << 20
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,9 +29,7 @@ from pathlib import Path
 from headrace.config.settings import Settings
 from headrace.jobs.files import Spool, deliver, read_lines
 from headrace.jobs.formats import (
-    InputFormat,
     Invalid,
-    Work,
     expired_line,
     failure_line,
     invalid_line,
@@ -44,16 +42,14 @@ from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
 from headrace.jobs.progress import Progress
 from headrace.jobs.single import job_object
 from headrace.jobs.store import Counts, Job, JobStore
+from headrace.jobs.submitter import Submitter, input_format, request_id
 from headrace.jobs.webhooks import notify
 from headrace.producers.client import Client
-from headrace.schemas.errors import ErrorInfo, InvalidRequestError
-from headrace.schemas.messages import GenerateParams, Request, final_reply
+from headrace.schemas.messages import final_reply
 from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
 
 log = logging.getLogger(__name__)
-
-PREPARE_CHUNK = 256
 
 
 @dataclass
@@ -66,10 +62,6 @@ class RunOptions:
 
 def reply_topic(settings_prefix: str, job_id: str) -> str:
     return Topics(settings_prefix).replies(f"job-{job_id}")
-
-
-def request_id(job_id: str, line: int) -> str:
-    return f"{job_id}-{line}"
 
 
 class JobRunner:
@@ -130,7 +122,7 @@ class JobRunner:
         try:
             for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
                 total = n
-                parsed = parse_line(raw, n, _fmt(job), job.endpoint)
+                parsed = parse_line(raw, n, input_format(job), job.endpoint)
                 if isinstance(parsed, Invalid):
                     invalid += 1
                     errors.append(invalid_line(job.id, parsed))
@@ -166,17 +158,21 @@ class JobRunner:
             transport=transport,
         )
         stop = threading.Event()
-        submitter = threading.Thread(
-            target=self._submit_all,
-            args=(job, client, state, errors, stop),
-            name=f"submit-{job.id}",
-            daemon=True,
-        )
+        submission = Submitter(job, client, state, errors, self.settings, self.options, stop)
+        submitter = threading.Thread(target=submission.run, name=f"submit-{job.id}", daemon=True)
         replies = transport.reader()
         [partition] = replies.assign([self.topic])  # the job's own topic: one partition
         offset = job.reply_offset
         replies.seek(partition, offset)
         submitter.start()
+
+        def stop_submitting() -> None:
+            """No more submissions; the requests in the air are cancelled."""
+            stop.set()
+            submitter.join()
+            for n in state.unanswered_submitted():
+                client.cancel(request_id(job.id, n), tenant=job.tenant)
+
         cancel_started: float | None = None
         expired = False
         last_checkpoint = time.monotonic()
@@ -197,20 +193,14 @@ class JobRunner:
                 if current.state is JobStatus.cancelling:
                     if cancel_started is None:
                         cancel_started = now
-                        stop.set()
-                        submitter.join()
-                        for n in state.unanswered_submitted():
-                            client.cancel(request_id(job.id, n), tenant=job.tenant)
+                        stop_submitting()
                     if not state.unanswered_submitted() or (
                         now - cancel_started > self.options.cancel_wait_s
                     ):
                         break
                 late = job.expires_at is not None and datetime.now(UTC) > job.expires_at
                 if late and cancel_started is None:
-                    stop.set()
-                    submitter.join()
-                    for n in state.unanswered_submitted():  # nothing more to compute
-                        client.cancel(request_id(job.id, n), tenant=job.tenant)
+                    stop_submitting()
                     for n in state.unanswered():
                         state.answer(n, expired_line(job.id, n, ids.get(n)), errors, failed=True)
                     expired = True
@@ -230,94 +220,6 @@ class JobRunner:
             return self.store.move(job.id, JobStatus.finalizing)
         except IllegalTransition:  # cancelled
             return self._end(job, JobStatus.cancelled)
-
-    def _submit_all(
-        self, job: Job, client: Client, state: Progress, errors: Spool, stop: threading.Event
-    ) -> None:
-        started = time.monotonic()
-        try:
-            chunk: list[Work] = []
-            for work in self._pending_work(job, state):
-                chunk.append(work)
-                if len(chunk) == PREPARE_CHUNK:
-                    self._submit_chunk(job, client, chunk, state, errors, stop)
-                    chunk = []
-                if stop.is_set():
-                    return
-            self._submit_chunk(job, client, chunk, state, errors, stop)
-            state.all_submitted()
-            took = time.monotonic() - started
-            log.info(
-                "job %s: submitted %d requests in %.2f s (%.0f/s)",
-                job.id,
-                state.submitted_count,
-                took,
-                state.submitted_count / max(took, 1e-9),
-            )
-        except Exception as exc:  # the collector raises it at its next checkpoint
-            log.exception("submitting job %s failed", job.id)
-            state.submit_error = exc
-
-    def _pending_work(self, job: Job, state: Progress) -> Iterator[Work]:
-        for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
-            if state.is_answered(n):
-                continue
-            parsed = parse_line(raw, n, _fmt(job), job.endpoint)
-            if isinstance(parsed, Work):
-                yield parsed
-
-    def _submit_chunk(
-        self,
-        job: Job,
-        client: Client,
-        chunk: list[Work],
-        state: Progress,
-        errors: Spool,
-        stop: threading.Event,
-    ) -> None:
-        if not chunk:
-            return
-        prepared: list[tuple[Work, Request, int]] = []
-        groups: dict[tuple[str, GenerateParams | None], list[Work]] = {}
-        for work in chunk:  # a prepare call takes one model and one set of parameters
-            groups.setdefault((work.model or job.model, work.generation), []).append(work)
-        for (model, generation), works in groups.items():
-            try:  # the whole chunk at once (the tokenizer is much faster on a batch) ...
-                ready = client.prepare(
-                    [w.text for w in works],
-                    model=model,
-                    request_ids=[request_id(job.id, w.line) for w in works],
-                    truncate=self.options.truncate,
-                    generation=generation,
-                )
-                prepared += [(w, r, b) for w, (r, b) in zip(works, ready, strict=True)]
-                continue
-            except InvalidRequestError:
-                pass
-            for work in works:  # ... else one by one: a bad text fails its own line only
-                try:
-                    [(request, bucket)] = client.prepare(
-                        [work.text],
-                        model=model,
-                        request_ids=[request_id(job.id, work.line)],
-                        truncate=self.options.truncate,
-                        generation=generation,
-                    )
-                except InvalidRequestError as exc:
-                    error = ErrorInfo(code=exc.code, message=str(exc))
-                    rid = request_id(job.id, work.line)
-                    out = failure_line(job.id, work.line, work.custom_id, rid, error)
-                    state.answer(work.line, out, errors, failed=True)
-                    continue
-                prepared.append((work, request, bucket))
-        for work, request, bucket in prepared:
-            if not state.has_room(self.options.window):
-                client.flush()  # what waits for room must be on the broker, not in a buffer
-                if not state.wait_for_room(self.options.window, stop):
-                    return
-            client.send_nowait(request, bucket)
-            state.submitted(work.line)
-        client.flush()
 
     def _collect(
         self,
@@ -398,7 +300,3 @@ class JobRunner:
         if file_ids:
             self.store.set_fields(job.id, **file_ids)
         return self.store.move(job.id, target)
-
-
-def _fmt(job: Job) -> InputFormat:
-    return "plain" if job.input_format == "plain" else "openai"

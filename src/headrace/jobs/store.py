@@ -185,10 +185,9 @@ class JobStore:
             query = query.where(Job.tenant == tenant)
         if kind is not None:
             query = query.where(Job.kind == kind)
+        if after is not None:
+            query = query.where(_past(Job, self._owned(Job, after, tenant), newest_first=True))
         with Session(self.engine, expire_on_commit=False) as s:
-            if after is not None:
-                cursor = self._owned(Job, after, tenant)
-                query = query.where(_past(Job, cursor, newest_first=True))
             return list(s.scalars(query))
 
     def move(self, job_id: str, target: JobStatus, error: str | None = None) -> Job:

@@ -64,8 +64,9 @@ def model_spec(name: str) -> ModelSpec:
     return factory()
 
 
+@cache
 def embedding_size(spec: ModelSpec) -> int:
-    """The length of the vectors an encoder gives (its ``hidden_size``, read from the
+    """The length of the vectors an encoder gives (its ``hidden_size``, read once from the
     model's own config)."""
     config = json.loads((spec.path / "config.json").read_text(encoding="utf-8"))
     return int(config.get("hidden_size") or config["n_embd"])
