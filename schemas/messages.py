@@ -154,6 +154,15 @@ class BatchInfo(_Message):
     padded_tokens: int
 
 
+class Cost(_Message):
+    """What computing a request cost: its share of its batch's device time, split by padded
+    tokens (``device_ms`` = batch compute x this row's padded tokens / the batch's)."""
+
+    tokens: int  # real tokens of this request (prompt and generated)
+    padded_tokens: int  # its row's tokens with padding
+    device_ms: float
+
+
 class EmbeddingResult(_Message):
     embedding: list[float]
     token_count: int
@@ -196,6 +205,7 @@ class Reply(_Message):
     error: ErrorInfo | None = None
     timings: Timings | None = None
     batch: BatchInfo | None = None
+    cost: Cost | None = None  # set when this reply was computed (not for errors or cache hits)
     cache_tier: CacheTier | None = None  # served from the result cache, by this tier
     replied_at: AwareDatetime = Field(default_factory=utc_now)
 
@@ -250,6 +260,10 @@ class Completion(_Message):
     done: list[RecordRef]
     deferred: list[RecordRef] = []
     failed: int = 0  # of ``done``, how many got a model_error (feeds the error-rate breaker)
+    # what computing cost (the autoscaling signal learns a request's cost from these)
+    computed: int = 0  # rows the model ran
+    padded_tokens: int = 0
+    compute_ms: float = 0.0
 
 
 class DeadLetter(_Message):

@@ -22,6 +22,7 @@ from headrace.schemas.messages import (
     BatchInfo,
     BatchItem,
     Completion,
+    Cost,
     EmbeddingResult,
     EmbedParams,
     GenerateParams,
@@ -86,7 +87,9 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         else:
             fresh.append(item)
 
+    started = ctx.clock()
     replies.extend(_answer(batch, fresh, ctx))
+    compute_ms = (ctx.clock() - started) * 1000
     answering = [(i.request.tenant, i.request.request_id) for i, _ in replies]
     cancelled = ctx.ledger.begin_send(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
     # a request cancelled while it was computed finishes, but its requester sees cancelled
@@ -115,6 +118,9 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         done=already + [i.ref for i, _ in replies],
         deferred=deferred,
         failed=failed,
+        computed=sum(1 for _, r in replies if r.cost is not None),
+        padded_tokens=sum(r.cost.padded_tokens for _, r in replies if r.cost is not None),
+        compute_ms=compute_ms,
     )
     ctx.ledger.finish_batch(answering, batch.dispatcher_id, completion)
     return completion
@@ -209,8 +215,14 @@ def _compute(
         padded_tokens=padded,
     )
     out = []
+    row_padded = padded // len(runnable)  # every row is padded to the batch's longest
     for (item, _), result in zip(runnable, results, strict=True):
         request = item.request
+        tokens = (
+            result.token_count
+            if isinstance(result, EmbeddingResult)
+            else result.usage.prompt_tokens + result.usage.completion_tokens
+        )
         reply = Reply(
             request_id=request.request_id,
             tenant=request.tenant,
@@ -222,6 +234,11 @@ def _compute(
                 compute_ms=compute_ms,
             ),
             batch=batch_info,
+            cost=Cost(
+                tokens=tokens,
+                padded_tokens=row_padded,
+                device_ms=compute_ms * row_padded / padded if padded else 0.0,
+            ),
         )
         out.append((item, reply))
     return out

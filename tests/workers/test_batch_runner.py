@@ -97,3 +97,40 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
     assert len(completion.done) == 8 and completion.failed == 1 and not completion.deferred
     assert ledger.runners([batch.batch_id]) == [None]  # finished: no longer running
     assert set(ledger.claim(keys, "again", 1000)) == {ClaimState.answered}  # redelivery: silent
+
+
+def test_each_reply_carries_its_share_of_the_batch_device_time(
+    stack: LocalStack, backend: EmbeddingBackend
+) -> None:
+    prefix = f"t-cost-{uuid.uuid4().hex[:8]}"
+    settings = Settings(topic_prefix=prefix)
+    ctx = BatchContext(
+        backend=backend,
+        ledger=Ledger(connections.redis_client(settings), prefix, 60),
+        sink=TopicReplySink(open_transport(settings), settings),
+        worker_id="w",
+    )
+    texts = ["short", "a somewhat longer sentence than the first", "mid length one"]
+    batch = make_batch(prefix, texts, MODEL)
+
+    completion = run_batch(batch, ctx)
+
+    replies = [
+        Reply.model_validate_json(x.value)
+        for x in read_topic(settings, batch.items[0].request.reply_to)
+    ]
+    costs = [r.cost for r in replies if r.cost is not None]
+    assert len(costs) == 3
+    info = replies[0].batch
+    assert info is not None and info.padded_tokens == sum(c.padded_tokens for c in costs)
+    assert sorted(c.tokens for c in costs) == sorted(
+        r.result.token_count
+        for r in replies
+        if r.result is not None  # type: ignore[union-attr]
+    )
+    # split by padded tokens: every row is padded to the longest, so the shares are equal
+    assert all(c.device_ms == pytest.approx(costs[0].device_ms) for c in costs)
+    assert replies[0].timings is not None
+    assert sum(c.device_ms for c in costs) == pytest.approx(replies[0].timings.compute_ms)
+    assert (completion.computed, completion.padded_tokens) == (3, info.padded_tokens)
+    assert completion.compute_ms >= replies[0].timings.compute_ms > 0

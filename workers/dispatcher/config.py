@@ -35,6 +35,7 @@ class CoreConfig:
     # request topics are neither compacted nor transactional: a fetch that starts past the
     # next expected offset skipped records (seen with tansu); read them again
     contiguous_offsets: bool = True
+    scaling_prior_tokens_per_s: float = 5000.0
 
     @classmethod
     def from_settings(
@@ -63,4 +64,5 @@ class CoreConfig:
                 cooldown_s=settings.breaker_cooldown_s,
             ),
             contiguous_offsets=settings.broker_flavor == "tansu",
+            scaling_prior_tokens_per_s=settings.scaling_prior_tokens_per_s,
         )

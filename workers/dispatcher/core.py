@@ -39,6 +39,7 @@ from headrace.workers.dispatcher.records import RecordsIn
 from headrace.workers.dispatcher.recovery import Exhausted, Recovery
 from headrace.workers.dispatcher.refusals import Refusals
 from headrace.workers.dispatcher.routing import TokenCounter
+from headrace.workers.dispatcher.workload import Workload
 from headrace.workers.health import BucketHealth
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class DispatcherCore:
         self.recovery = Recovery(
             config, self.flights, self.health, self.stats, self.observer, clock
         )
+        self.workload = Workload(config.buckets, config.scaling_prior_tokens_per_s)
         self.paused: set[int] = set()
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
@@ -174,6 +176,11 @@ class DispatcherCore:
     def final_commit(self) -> ev.Commit:
         return self._commit(sync=True)
 
+    def queued_work_s(self, bucket: int, backlog: int) -> float:
+        """The autoscaling signal: seconds one worker needs for ``backlog`` requests of
+        ``bucket`` at what its requests cost recently (``workload``)."""
+        return self.workload.queued_seconds(bucket, backlog)
+
     def committed_offset(self, partition: Partition) -> int | None:
         return self.flights.tracker.committed(partition)
 
@@ -253,7 +260,7 @@ class DispatcherCore:
         self.stats.per_bucket[bucket] += 1
         self.stats.real_tokens += real
         self.stats.padded_tokens += padded
-        self.observer.batch(bucket, real, padded)
+        self.observer.batch(bucket, len(pendings), real, padded)
         return ev.SendBatch(
             batch=batch, queue=self.topics.queue(bucket), real_tokens=real, padded_tokens=padded
         )
@@ -276,6 +283,12 @@ class DispatcherCore:
                 continue  # a late answer from an attempt already sent again
             self.health[flight.bucket].record(
                 ok=len(completion.done) - completion.failed, failed=completion.failed
+            )
+            self.workload.observe(
+                flight.bucket,
+                completion.compute_ms / 1000,
+                completion.computed,
+                completion.padded_tokens,
             )
             for ref in completion.done:
                 flight.pending.pop(ref_key(ref), None)

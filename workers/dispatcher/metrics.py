@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from headrace.workers.dispatcher.observer import Observer
 
@@ -27,6 +27,18 @@ LAG = Gauge(
     "Records on a bucket's topic not yet read (unread) or not yet committed (uncommitted)",
     ["bucket", "kind"],
 )
+BATCH_ROWS = Histogram(
+    "headrace_dispatcher_batch_rows",
+    "Requests per batch dispatched",
+    ["bucket"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+QUEUED_WORK = Gauge(
+    "headrace_dispatcher_queued_work_seconds",
+    "The autoscaling signal: a bucket's unanswered records times what one of its requests "
+    "recently cost a worker (seconds of work for one worker)",
+    ["bucket"],
+)
 REDISPATCHED = Counter(
     "headrace_dispatcher_redispatched_batches_total",
     "Batches sent again (lease ran out, worker died)",
@@ -41,9 +53,10 @@ class PrometheusObserver(Observer):
     def record(self, outcome: str) -> None:
         RECORDS.labels(outcome).inc()
 
-    def batch(self, bucket: int, real_tokens: int, padded_tokens: int) -> None:
+    def batch(self, bucket: int, rows: int, real_tokens: int, padded_tokens: int) -> None:
         label = str(bucket)
         BATCHES.labels(label).inc()
+        BATCH_ROWS.labels(label).observe(rows)
         REAL_TOKENS.labels(label).inc(real_tokens)
         PADDED_TOKENS.labels(label).inc(padded_tokens)
         real, padded = self._tokens.get(bucket, (0, 0))

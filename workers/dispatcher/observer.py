@@ -11,7 +11,7 @@ class Observer:
     def record(self, outcome: str) -> None:
         """A request record was read: ``accepted``, ``duplicate`` or an error code."""
 
-    def batch(self, bucket: int, real_tokens: int, padded_tokens: int) -> None:
+    def batch(self, bucket: int, rows: int, real_tokens: int, padded_tokens: int) -> None:
         """A batch was sent to the bucket's queue."""
 
     def in_flight(self, batches: Mapping[int, int]) -> None:

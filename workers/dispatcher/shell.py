@@ -50,7 +50,7 @@ from headrace.workers.dispatcher.events import (
     Tick,
     WorkersSeen,
 )
-from headrace.workers.dispatcher.metrics import LAG, PrometheusObserver
+from headrace.workers.dispatcher.metrics import LAG, QUEUED_WORK, PrometheusObserver
 from headrace.workers.dispatcher.settling import Settler
 from headrace.workers.ledger import Ledger
 from headrace.workers.tasks import batch_sender
@@ -58,6 +58,7 @@ from headrace.workers.tasks import batch_sender
 log = logging.getLogger(__name__)
 
 BEATS_BEFORE_DEAD = 3
+LAG_KINDS = ("unread", "uncommitted")
 HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
 CONTROL_INTERVAL_S = 0.05
 
@@ -255,22 +256,26 @@ class Dispatcher:
         self._export_lag()
 
     def _export_lag(self) -> None:
-        """Per bucket: records on its topic not yet read, and not yet committed."""
-        lag: dict[tuple[str, str], int] = {}
+        """Per bucket: records on its topic not yet read, and not yet committed (before this
+        dispatcher's first commit of a partition: not yet read), and the queued work they
+        make. Every bucket is set each time, so partitions that went to another dispatcher
+        count there, not twice."""
+        lag = {(str(b), kind): 0 for b in self.core.config.buckets for kind in LAG_KINDS}
         for partition in self.reader.assignment():
             bucket = self.core.bucket_of_topic.get(partition[0], "?")
             label = "ingress" if bucket is None else str(bucket)
             high, position = self.reader.highwater(partition), self.reader.position(partition)
             if high is None:
                 continue
-            if position is not None:
-                lag[label, "unread"] = lag.get((label, "unread"), 0) + max(0, high - position)
+            unread = max(0, high - position) if position is not None else 0
             committed = self.core.committed_offset(partition)
-            if committed is not None:
-                key = (label, "uncommitted")
-                lag[key] = lag.get(key, 0) + max(0, high - committed)
+            uncommitted = max(0, high - committed) if committed is not None else unread
+            lag[label, "unread"] = lag.get((label, "unread"), 0) + unread
+            lag[label, "uncommitted"] = lag.get((label, "uncommitted"), 0) + uncommitted
         for (label, kind), records in lag.items():
             LAG.labels(label, kind).set(records)
+            if kind == "uncommitted" and label.isdigit():
+                QUEUED_WORK.labels(label).set(self.core.queued_work_s(int(label), records))
 
     def log_state(self) -> None:
         """Every partition's position and client state, then what the core holds."""

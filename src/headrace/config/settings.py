@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     lease_s_per_1k_tokens: float = Field(default=2.0, ge=0)
     commit_interval_ms: float = Field(default=100.0, ge=0)
     answered_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+    # The autoscaling signal (headrace_dispatcher_queued_work_seconds): a bucket's backlog
+    # times what its requests recently cost; before a bucket's first batch, its length at
+    # the model throughput seen so far, or this one before any batch (MiniLM on 2 CPU cores
+    # does about 5,000 padded tokens/s).
+    scaling_prior_tokens_per_s: float = Field(default=5000.0, gt=0)
 
     # --- faults and limits ----------------------------------------------------------------
     # A request whose batch crashed or ran past its lease this many times while it was alone in
