@@ -154,3 +154,28 @@ def test_a_group_without_a_commit_starts_where_reset_says(transport: Transport, 
         assert values(reader, 1) == [b"after"]
     finally:
         reader.close()
+
+
+def test_headers_and_a_timestamp_travel_with_a_record(transport: Transport, topic: str) -> None:
+    before_ms = int(time.time() * 1000) - 5_000
+    writer = transport.writer(delivery_timeout_s=10)
+    headers = (("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"), ("x", b""))
+    writer.send(topic, b"with headers", key=b"k", headers=headers)
+    writer.send(topic, b"without", key=b"k")
+    writer.flush()
+    reader = transport.reader()
+    reader.assign([topic], start="beginning")
+    records: list[Record] = []
+    deadline = time.monotonic() + 20
+    while len(records) < 2 and time.monotonic() < deadline:
+        for polled in reader.poll(100).values():
+            records += polled
+    reader.close()
+    assert [r.value for r in records] == [b"with headers", b"without"]
+    assert records[0].headers == headers
+    assert records[0].header("traceparent") == headers[0][1]
+    assert records[1].headers == () and records[1].header("traceparent") is None
+    stamp = records[0].timestamp_ms
+    assert stamp is not None and before_ms <= stamp <= int(time.time() * 1000) + 5_000
+    [scanned, _] = list(transport.scan(topic))
+    assert scanned.headers == headers

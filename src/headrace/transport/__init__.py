@@ -8,6 +8,7 @@ from headrace.config.settings import Settings
 from headrace.transport.base import (
     Delivered,
     DeliveryError,
+    Headers,
     Partition,
     Reader,
     Rebalance,
@@ -23,6 +24,7 @@ from headrace.transport.base import (
 __all__ = [
     "Delivered",
     "DeliveryError",
+    "Headers",
     "Partition",
     "Reader",
     "Rebalance",

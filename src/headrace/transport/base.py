@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 Partition = tuple[str, int]  # (topic, partition)
 Start = Literal["committed", "beginning", "end"]
 Reset = Literal["beginning", "end"]
+Headers = tuple[tuple[str, bytes], ...]  # Kafka record headers, in order
 
 
 class TransportError(RuntimeError):
@@ -40,6 +41,16 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes
+    headers: Headers = ()
+    timestamp_ms: int | None = None  # the broker's (or producer's) timestamp
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header ``name``, if the record has one."""
+        found = None
+        for key, value in self.headers:
+            if key == name:
+                found = value
+        return found
 
     @property
     def tp(self) -> Partition:
@@ -115,7 +126,9 @@ class Reader(Protocol):
 
 
 class Writer(Protocol):
-    def send(self, topic: str, value: bytes, key: bytes | None = None) -> None: ...
+    def send(
+        self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
+    ) -> None: ...
 
     def flush(self) -> list[Delivered]:
         """Return once every record sent since the last flush is acknowledged; raise

@@ -21,6 +21,7 @@ from typing import Any
 from headrace.transport.base import (
     Delivered,
     DeliveryError,
+    Headers,
     Partition,
     Rebalance,
     Record,
@@ -52,14 +53,17 @@ class MemoryBroker:
             self.create(topic)
             return [(topic, p) for p in range(len(self._logs[topic]))]
 
-    def append(self, topic: str, key: bytes | None, value: bytes) -> Delivered:
+    def append(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Delivered:
         with self._cond:
             self.create(topic)
             log = self._logs[topic]
             index = zlib.crc32(key) if key is not None else next(self._round_robin)
             partition = index % len(log)
             offset = len(log[partition])
-            log[partition].append(Record(topic, partition, offset, key, value))
+            stamp = int(time.time() * 1000)
+            log[partition].append(Record(topic, partition, offset, key, value, headers, stamp))
             self._cond.notify_all()
         return Delivered(topic, partition, offset, key)
 
@@ -233,16 +237,18 @@ class MemoryReader:
 class MemoryWriter:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
-        self._pending: list[tuple[str, bytes | None, bytes]] = []
+        self._pending: list[tuple[str, bytes | None, bytes, Headers]] = []
 
-    def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self._pending.append((topic, key, value))
+    def send(
+        self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
+    ) -> None:
+        self._pending.append((topic, key, value, headers))
 
     def flush(self) -> list[Delivered]:
         if self.broker.refuse_writes and self._pending:
             raise DeliveryError(f"{len(self._pending)} records not delivered: writes refused")
         pending, self._pending = self._pending, []
-        return [self.broker.append(topic, key, value) for topic, key, value in pending]
+        return [self.broker.append(*record) for record in pending]
 
     def close(self, timeout_s: float = 5.0) -> None:
         self._pending.clear()

@@ -26,7 +26,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 
-from headrace.transport.base import Delivered, DeliveryError, Record, TransportError
+from headrace.transport.base import Delivered, DeliveryError, Headers, Record, TransportError
 from headrace.transport.kafka import fixes
 from headrace.transport.kafka.diagnostics import producer_state
 
@@ -46,6 +46,7 @@ class _Sent:
     key: bytes | None
     value: bytes
     future: Any
+    headers: Headers = ()
 
 
 class ReliableProducer:
@@ -64,13 +65,15 @@ class ReliableProducer:
         self.replaced = 0
         self.uncertain = 0  # acknowledgements without an offset, checked by reading back
 
-    def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+    def send(
+        self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
+    ) -> None:
         fixes.track_topic(self.producer, topic)
         try:
-            future = self.producer.send(topic, key=key, value=value)
+            future = self.producer.send(topic, key=key, value=value, headers=list(headers))
         except KafkaError as exc:  # no metadata for the topic within max_block_ms, ...
             raise TransportError(f"cannot send to {topic!r}: {exc!r}") from exc
-        self._sent.append(_Sent(topic, key, value, future))
+        self._sent.append(_Sent(topic, key, value, future, headers))
         if len(self._sent) >= PRUNE_AT:  # callers that rarely flush: forget the delivered
             self._sent = [s for s in self._sent if not _surely_stored(s)]
 
@@ -117,7 +120,7 @@ class ReliableProducer:
             attempt += 1
             self._replace()
             for s in failed:
-                self.send(s.topic, s.value, s.key)
+                self.send(s.topic, s.value, s.key, s.headers)
 
     def _note_offsets(self, acked: list[_Sent]) -> list[_Sent]:
         """Remember each partition's highest acknowledged offset; return the records whose

@@ -130,7 +130,16 @@ class KafkaReader:
         self._read_records = bool(polled)
         return {
             (tp.topic, tp.partition): [
-                Record(r.topic, r.partition, r.offset, r.key, r.value or b"") for r in records
+                Record(
+                    r.topic,
+                    r.partition,
+                    r.offset,
+                    r.key,
+                    r.value or b"",
+                    tuple((k, v or b"") for k, v in r.headers or ()),
+                    r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
+                )
+                for r in records
             ]
             for tp, records in polled.items()
         }

@@ -73,7 +73,14 @@ def _read(
         for tp, records in polled.items():
             for record in records:
                 if record.offset < ends.get(tp, record.offset + 1):
-                    yield Record(tp.topic, tp.partition, record.offset, record.key, record.value)
+                    yield Record(
+                        tp.topic,
+                        tp.partition,
+                        record.offset,
+                        record.key,
+                        record.value,
+                        tuple((k, v or b"") for k, v in record.headers or ()),
+                    )
         left = [tp for tp in tps if tp not in ends or consumer.position(tp) < ends[tp]]
         if not left:
             return
