@@ -18,7 +18,7 @@ import time
 from collections import Counter
 
 from prometheus_client import Counter as PromCounter
-from prometheus_client import Gauge
+from prometheus_client import Gauge, Histogram
 from pydantic import ValidationError
 
 from headrace.cache.keys import model_scope, tag_scope, tenant_scope
@@ -41,6 +41,11 @@ SKIPPED = PromCounter(
     "headrace_cache_invalidations_skipped_total", "Records no rule could read", ["reason"]
 )
 ARCHIVED = PromCounter("headrace_sessions_archived_total", "Idle sessions moved to S3")
+PROPAGATION = Histogram(
+    "headrace_cache_invalidation_propagation_seconds",
+    "From an invalidating record's timestamp to its eviction from every tier",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
 LAG = Gauge("headrace_cache_invalidation_lag_records", "Records not yet applied", ["topic"])
 RETRY_S = 0.5
 
@@ -96,6 +101,8 @@ class Invalidator:
                     time.sleep(RETRY_S)
                     break
                 applied += 1
+                if record.timestamp_ms is not None:
+                    PROPAGATION.observe(max(0.0, time.time() - record.timestamp_ms / 1000))
                 if i == len(records) - 1:
                     self._commit({partition: record.offset + 1})
         for partition in self._partitions:

@@ -38,6 +38,14 @@ COMPUTE = Histogram(
 END_TO_END = Histogram(
     "headrace_request_seconds", "Created -> its reply sent", ["bucket"], buckets=LATENCY
 )
+LOAD_STAGES = Counter(
+    "headrace_worker_load_stages_total",
+    "Load stages ended (load_weights, build, warm_up), by outcome: ok, failed, timeout",
+    ["stage", "outcome"],
+)
+MODEL_ERRORS = Counter(
+    "headrace_worker_model_errors_total", "Requests the model failed on", ["bucket"]
+)
 LOAD_STAGE = Gauge("headrace_worker_load_stage_seconds", "Seconds each load stage took", ["stage"])
 MEMORY = Gauge("headrace_worker_memory_bytes", "Memory this worker holds", ["kind"])
 MEMORY_USED = Gauge(
@@ -53,6 +61,8 @@ def observe(batch_bucket: int, replies: Sequence[tuple[BatchItem, Reply]], now: 
     for item, reply in replies:
         outcome = reply.error.code.value if reply.error is not None else "ok"
         REPLIES.labels(bucket, outcome).inc()
+        if outcome == "model_error":
+            MODEL_ERRORS.labels(bucket).inc()
         END_TO_END.labels(bucket).observe(max(0.0, now - item.request.created_at.timestamp()))
         if reply.timings is not None:
             QUEUED.labels(bucket).observe(reply.timings.queued_ms / 1000)
@@ -62,6 +72,10 @@ def observe(batch_bucket: int, replies: Sequence[tuple[BatchItem, Reply]], now: 
             if reply.timings is not None:
                 COMPUTE.labels(bucket).observe(reply.timings.compute_ms / 1000)
     BATCHES.labels(bucket).inc()
+
+
+def stage_ended(stage: str, outcome: str) -> None:
+    LOAD_STAGES.labels(stage, outcome).inc()
 
 
 def loaded(load_weights_s: float, build_s: float, warm_up_s: float) -> None:

@@ -85,11 +85,14 @@ def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
     try:
         pool.submit(fn).result(timeout=timeout_s)
     except FutureTimeout as exc:
+        metrics.stage_ended(name, "timeout")
         raise WarmUpFailed(f"stage {name!r} ran past its {timeout_s:.0f}s timeout") from exc
     except Exception as exc:
+        metrics.stage_ended(name, "failed")
         raise WarmUpFailed(f"stage {name!r} failed: {exc}") from exc
     finally:
         pool.shutdown(wait=False)
+    metrics.stage_ended(name, "ok")
 
 
 def load_backend(settings: Settings, buckets: list[int]) -> ModelBackend:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 import uuid
 
+from prometheus_client import REGISTRY
+
 from headrace.cache.keys import cache_key, entry_scopes
 from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
@@ -25,7 +27,13 @@ def settings(**overrides: object) -> Settings:
     return Settings(topic_prefix=f"t-cache-{uuid.uuid4().hex[:8]}", **overrides)  # type: ignore[arg-type]
 
 
+def looked_up(tier: str) -> float:
+    """headrace_cache_lookups_total{tier} in this process's registry."""
+    return REGISTRY.get_sample_value("headrace_cache_lookups_total", {"tier": tier}) or 0.0
+
+
 def test_miss_then_l2_then_l1_and_l3_promotes_to_both(stack: LocalStack) -> None:
+    before = {t: looked_up(t) for t in ("l1", "l2", "l3", "miss")}
     conf = settings()
     writer, reader = open_cache(conf, l1=False), open_cache(conf)
     entry = new_entry(writer, "acme", "a red bicycle")
@@ -44,6 +52,13 @@ def test_miss_then_l2_then_l1_and_l3_promotes_to_both(stack: LocalStack) -> None
     assert other.get(entry.key).tier == "l1"  # type: ignore[union-attr]
     assert reader.counts["l2_hit"] == 1 and reader.counts["l1_hit"] == 1
     assert reader.counts["miss"] == 1
+    # the same lookups as Prometheus series, per tier
+    assert {t: looked_up(t) - n for t, n in before.items()} == {
+        "l1": 2,
+        "l2": 1,
+        "l3": 1,
+        "miss": 1,
+    }
 
 
 def test_a_result_for_a_request_older_than_an_invalidation_is_not_written(

@@ -64,6 +64,13 @@ def test_a_dispatcher_and_an_invalidator_serve_them(stack: LocalStack, tmp_path:
                 "invalidator": "headrace_sessions_archived_total",
             }[name]
             assert f"# TYPE {series} counter" in text, text[-800:]
+        # the autoscaling signal is there for every bucket before any traffic
+        text = httpx.get(f"http://127.0.0.1:{ports['dispatcher']}/metrics").text
+        deadline = time.monotonic() + 10
+        while 'headrace_dispatcher_queued_work_seconds{bucket="512"} 0.0' not in text:
+            assert time.monotonic() < deadline, text[-1500:]
+            time.sleep(0.2)
+            text = httpx.get(f"http://127.0.0.1:{ports['dispatcher']}/metrics").text
     finally:
         for proc in procs:
             proc.stop()

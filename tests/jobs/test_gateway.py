@@ -129,6 +129,16 @@ def test_synchronous_embeddings(gateway: tuple[str, dict[str, str]]) -> None:
         assert unknown.json()["error"]["code"] == "model_not_found"
         empty = http.post("/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": "  "})
         assert empty.status_code == 400 and empty.json()["error"]["type"] == "invalid_request_error"
+        # the gateway's own series: by route template and status, scrapes not counted
+        scraped = http.get("/metrics").text
+        route = 'route="/v1/embeddings"'
+        assert f'headrace_gateway_requests_total{{method="POST",{route},status="200"}}' in scraped
+        assert f'headrace_gateway_requests_total{{method="POST",{route},status="404"}}' in scraped
+        assert f"headrace_gateway_request_seconds_count{{{route}}}" in scraped
+        assert 'route="/metrics"' not in scraped
+        http.get("/v1/no-such-thing")
+        scraped = http.get("/metrics").text
+        assert 'route="unmatched",status="404"' in scraped
 
 
 def test_single_async_job_with_webhook(gateway: tuple[str, dict[str, str]]) -> None:

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from headrace import connections
 from headrace.config.settings import Settings
@@ -62,6 +63,12 @@ def answered_lines(job_spool: Path) -> collections.Counter[str]:
     return counts
 
 
+def lines_counted(outcome: str) -> float:
+    """headrace_bulk_lines_total{outcome} in this process's registry."""
+    value = REGISTRY.get_sample_value("headrace_bulk_lines_total", {"outcome": outcome})
+    return value or 0.0
+
+
 def test_openai_batch_round_trip(
     shared_pipeline: Pipeline, shared_prefix: str, tmp_path: Path, store_url: str
 ) -> None:
@@ -88,12 +95,15 @@ def test_openai_batch_round_trip(
         error_location=str(tmp_path / "errors.jsonl"),
     )
     seen: list[int] = []
+    lines_before = {o: lines_counted(o) for o in ("completed", "failed")}
     done = JobRunner(
         store, job.id, settings, on_progress=lambda j, c: seen.append(c.completed)
     ).run()
 
     assert done.state is JobStatus.completed, done.errors
     assert (done.total, done.completed, done.failed) == (45, 40, 5)
+    counted = {o: lines_counted(o) - lines_before[o] for o in lines_before}
+    assert counted == {"completed": 40, "failed": 5}
     assert done.completed_at is not None and seen and seen[-1] == 40
     outputs = [json.loads(x) for x in read_lines(f"s3://{bucket}/out.jsonl.zst", settings)]
     assert sorted(o["custom_id"] for o in outputs) == sorted(f"c{i}" for i in range(40))

@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter as PromCounter
+
 from headrace import connections
 from headrace.cache.entry import CacheEntry
 from headrace.cache.memory import MemoryTier
@@ -28,6 +30,13 @@ from headrace.connections import REDIS_ERRORS, S3Unavailable
 from headrace.schemas.messages import CacheTier
 
 log = logging.getLogger(__name__)
+
+LOOKUPS = PromCounter(
+    "headrace_cache_lookups_total", "Cache reads, by the tier that hit (or miss)", ["tier"]
+)
+SKIPPED = PromCounter(
+    "headrace_cache_tier_unavailable_total", "Reads and writes that skipped a tier", ["tier"]
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,7 @@ class TieredCache:
                 entry = self.l1.get(key)
                 epoch = self.l1.epoch
             if entry is not None:
-                self.counts["l1_hit"] += 1
+                self._looked_up("l1")
                 return Hit(entry, "l1")
         else:
             epoch = 0
@@ -78,14 +87,14 @@ class TieredCache:
             entry = None
             self._skipped("l2", exc)
         if entry is not None and entry.fresh(self.clock()):
-            self.counts["l2_hit"] += 1
+            self._looked_up("l2")
             self._promote(entry, epoch, to_l2=False)
             return Hit(entry, "l2")
         hit = self._get_l3(key, redis_up)
         if hit is None:
-            self.counts["miss"] += 1
+            self._looked_up("miss")
             return None
-        self.counts["l3_hit"] += 1
+        self._looked_up("l3")
         self._promote(hit, epoch, to_l2=redis_up)
         return Hit(hit, "l3")
 
@@ -237,7 +246,12 @@ class TieredCache:
         if self._listener is not None:
             self._listener.join(timeout=2)
 
+    def _looked_up(self, outcome: str) -> None:
+        self.counts["miss" if outcome == "miss" else f"{outcome}_hit"] += 1
+        LOOKUPS.labels(outcome).inc()
+
     def _skipped(self, tier: str, exc: BaseException) -> None:
+        SKIPPED.labels(tier).inc()
         self.counts[f"{tier}_unavailable"] += 1
         if self.counts[f"{tier}_unavailable"] in (1, 100, 10_000):
             log.warning("cache %s unavailable (%s); going on without it", tier, exc)

@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from headrace.config.settings import Settings
+from headrace.health.endpoint import serve_health
 from headrace.health.reach import require
 from headrace.jobs.formats import InputFormat
 from headrace.jobs.launch import new_job, start_detached
@@ -131,11 +132,23 @@ def create(
 
 
 @batch.command("run", hidden=True)
-def run(job_id: str, truncate: bool = False, window: int = RunOptions.window) -> None:
+def run(
+    job_id: str,
+    truncate: bool = False,
+    window: int = RunOptions.window,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve /metrics, /healthz, /readyz on this port")
+    ] = None,
+) -> None:
     """Carry out a job in this process (what `create` and `resume` start in the background)."""
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
     settings = Settings()
+    port = metrics_port if metrics_port is not None else settings.metrics_port
+    try:
+        serve_health(port)
+    except OSError as exc:  # several runners on one host: the port is another's
+        logging.getLogger(__name__).warning("no /metrics on port %s: %s", port, exc)
     options = RunOptions(truncate=truncate, window=window)
     JobRunner(_store(settings, "kafka"), job_id, settings, options).run()
 

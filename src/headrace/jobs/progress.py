@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
+from headrace.jobs.bulk_metrics import line_answered
 from headrace.jobs.files import Spool
 from headrace.jobs.formats import line_of
 from headrace.jobs.store import Counts
@@ -42,6 +43,7 @@ class Progress:
                 self.failed += 1
             else:
                 self.completed += 1
+            line_answered(failed)
             self.input_tokens += int(usage.get("prompt_tokens", 0))
             self.output_tokens += int(usage.get("completion_tokens", 0))
 
@@ -50,10 +52,11 @@ class Progress:
 
     def answer(
         self, line: int, output: str, spool: Spool, failed: bool, tokens: tuple[int, int] = (0, 0)
-    ) -> None:
+    ) -> bool:
+        """Record ``line``'s answer; False if it had one already (nothing is written)."""
         with self.lock:
             if self.answered[line]:
-                return
+                return False
             self.answered[line] = 1
             spool.append(output)
             self.input_tokens += tokens[0]
@@ -62,8 +65,10 @@ class Progress:
                 self.failed += 1
             else:
                 self.completed += 1
+            line_answered(failed)
             self._in_air.discard(line)
             self._room.notify_all()
+            return True
 
     def has_room(self, window: int) -> bool:
         with self.lock:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from headrace.config.settings import Settings
+from headrace.health.endpoint import mark_ready
 from headrace.jobs.files import Spool, deliver, read_lines
 from headrace.jobs.formats import (
     Invalid,
@@ -142,6 +143,7 @@ class JobRunner:
 
     # --- in_progress ----------------------------------------------------------------------
     def _process(self, job: Job) -> Job:
+        mark_ready()  # /readyz: submitting and collecting
         outputs = Spool(self.spool_dir / "output.jsonl")
         errors = Spool(self.spool_dir / "errors.jsonl")
         ids = CustomIds(self.spool_dir)
