@@ -1,0 +1,128 @@
+"""infra/k8s, checked offline: every Kubernetes object against the API's own schema (strict,
+kubernetes-validate's bundled schemas), the KEDA ScaledObjects against KEDA's spec
+(infra/k8s/schemas), and the manifests against each other and the code: the worker groups
+cover every bucket once, each ScaledObject scales its own group on that group's buckets, on
+a series headrace exports."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+import headrace.workers.dispatcher.metrics  # noqa: F401 - registers the dispatcher's series
+from headrace.config.settings import Settings
+from tests.infra.test_alerts import SERIES, exported
+
+K8S = Path(__file__).resolve().parents[2] / "infra" / "k8s"
+KUBERNETES = "1.30.0"
+SCALED_OBJECT = K8S / "schemas" / "keda-scaledobject.schema.json"
+
+
+def documents() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return docs
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in documents() if d["kind"] == kind]
+
+
+def scaled_object_schema() -> dict[str, Any]:
+    return yaml.safe_load(SCALED_OBJECT.read_text())  # JSON is YAML
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    [kustomization] = of_kind("Kustomization")
+    files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == files
+
+
+def test_every_kubernetes_object_passes_the_api_schema_strictly() -> None:
+    checked: dict[str, int] = {}
+    for doc in documents():
+        if doc["apiVersion"].startswith(("keda.sh/", "kustomize.config.k8s.io/")):
+            continue
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+        checked[doc["kind"]] = checked.get(doc["kind"], 0) + 1
+    assert checked["Deployment"] == 6  # dispatcher, 3 worker groups, gateway, invalidator
+    assert {"HorizontalPodAutoscaler", "Service", "Job", "ConfigMap"} <= set(checked)
+
+
+def test_strict_validation_refuses_a_misspelt_field() -> None:
+    [dispatcher] = [d for d in of_kind("Deployment") if "dispatcher" in d["metadata"]["name"]]
+    broken = copy.deepcopy(dispatcher)
+    broken["spec"]["replica"] = broken["spec"].pop("replicas")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES, strict=True)
+
+
+def test_scaled_objects_follow_kedas_spec_and_a_wrong_one_is_refused() -> None:
+    schema = scaled_object_schema()
+    objects = of_kind("ScaledObject")
+    assert len(objects) == 3
+    for obj in objects:
+        jsonschema.validate(obj, schema)
+    broken = copy.deepcopy(objects[0])
+    broken["spec"]["triggers"][0]["metadata"]["threshold"] = 5  # KEDA wants strings
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+    misspelt = copy.deepcopy(objects[0])
+    misspelt["spec"]["maxReplicas"] = 3  # an HPA field, not KEDA's
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(misspelt, schema)
+
+
+def worker_groups() -> dict[str, set[int]]:
+    """Worker Deployment name -> the buckets its ``--buckets`` serves."""
+    groups = {}
+    for deployment in of_kind("Deployment"):
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        args = container["args"]
+        if args[0] == "worker":
+            buckets = args[args.index("--buckets") + 1]
+            groups[deployment["metadata"]["name"]] = {int(b) for b in buckets.split(",")}
+    return groups
+
+
+def test_worker_groups_cover_every_bucket_once() -> None:
+    groups = worker_groups()
+    assert len(groups) == 3
+    served = [b for buckets in groups.values() for b in buckets]
+    assert sorted(served) == sorted(Settings().buckets)
+
+
+def test_each_group_scales_on_the_queued_work_of_its_own_buckets() -> None:
+    groups = worker_groups()
+    known = exported()
+    targets = set()
+    for obj in of_kind("ScaledObject"):
+        target = obj["spec"]["scaleTargetRef"]["name"]
+        targets.add(target)
+        [trigger] = obj["spec"]["triggers"]
+        query = trigger["metadata"]["query"]
+        assert SERIES.findall(query) == ["headrace_dispatcher_queued_work_seconds"]
+        assert "headrace_dispatcher_queued_work_seconds" in known
+        [regex] = re.findall(r'bucket=~"([^"]+)"', query)
+        assert {int(b) for b in regex.split("|")} == groups[target], target
+        assert float(trigger["metadata"]["threshold"]) > 0
+    assert targets == set(groups)
+
+
+def test_the_gateway_scales_on_cpu_and_dispatchers_fit_the_partitions() -> None:
+    [hpa] = of_kind("HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "headrace-gateway"
+    assert {d["metadata"]["name"] for d in of_kind("Deployment")} >= {"headrace-gateway"}
+    [config] = of_kind("ConfigMap")
+    partitions = int(config["data"]["HEADRACE_REQUEST_PARTITIONS"])
+    [dispatcher] = [d for d in of_kind("Deployment") if "dispatcher" in d["metadata"]["name"]]
+    assert 1 < dispatcher["spec"]["replicas"] <= partitions  # an idle member holds nothing
+    assert config["data"]["HEADRACE_BROKER_FLAVOR"] == "kafka"
