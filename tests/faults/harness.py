@@ -225,7 +225,7 @@ def print_log_tails(pipeline: Pipeline, lines: int = 40) -> None:
         os.kill(pipeline.dispatcher.pid, signal.SIGUSR1)
         time.sleep(1.0)
         lines = max(lines, 150)
-    for proc in [pipeline.dispatcher, *pipeline.workers]:
+    for proc in [*pipeline.dispatchers, *pipeline.workers]:
         text = (
             proc.log_path.read_text(errors="replace").splitlines() if proc.log_path.exists() else []
         )
@@ -235,7 +235,7 @@ def print_log_tails(pipeline: Pipeline, lines: int = 40) -> None:
 
 def assert_serves(client: Client, pipeline: Pipeline, timeout_s: float = 30) -> None:
     """No process stayed wedged: all are alive and a new request is answered."""
-    dead = [p.name for p in [pipeline.dispatcher, *pipeline.workers] if not p.alive()]
+    dead = [p.name for p in [*pipeline.dispatchers, *pipeline.workers] if not p.alive()]
     assert not dead, f"processes died: {dead}"
     probe = client.submit("still serving after the fault?")
     try:
@@ -267,20 +267,22 @@ def run_with_fault(
     worker_buckets: list[str] | None = None,
     broker: str | None = None,
     mid_run: bool = True,
+    dispatchers: int = 1,
     **env: str,
 ) -> Outcome:
     """Submit FAULT_REQUESTS requests, ``inject`` the fault once a fifth is answered and
     ``recover`` from it (a supervisor's restart), then check every request got its result,
     exactly once on the reply topic, and that the pipeline still serves. ``broker``: another
     bootstrap than the stack's, for pipeline and client; ``env``: more pipeline settings;
-    ``mid_run``: the fault must land before the last reply, or the run proves nothing."""
+    ``mid_run``: the fault must land before the last reply, or the run proves nothing;
+    ``dispatchers``: how many share the bucket topics (one consumer group)."""
     settings = Settings(topic_prefix=prefix)
     if broker is not None:
         settings = Settings(topic_prefix=prefix, kafka_bootstrap=broker)
         env = {**env, "HEADRACE_KAFKA_BOOTSTRAP": broker}
     penv = pipeline_env(prefix, **{**FAST_FAULTS, **env})
     with (
-        Pipeline(env=penv, worker_buckets=worker_buckets) as pipeline,
+        Pipeline(env=penv, worker_buckets=worker_buckets, dispatchers=dispatchers) as pipeline,
         Client(settings, tenant="faults") as client,
     ):
         run = Run(client, fault_texts(seed=seed))

@@ -3,9 +3,17 @@ answered exactly once (counted on the reply topic) and the pipeline serves after
 
 from __future__ import annotations
 
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import Pipeline
 from tests.conftest import unique_prefix
 from tests.faults.harness import run_with_fault
 
@@ -31,3 +39,53 @@ def test_dispatcher_killed_mid_run(stack: LocalStack) -> None:
         lambda p: p.dispatcher.start(),
         seed=6,
     )
+
+
+PARTITIONS = 4
+ASSIGNED = re.compile(r"^(\S+ \S+) INFO \S+: assigned (\d+) partitions")
+
+
+def assignments(log: Path) -> list[tuple[float, int]]:
+    """(unix time, partitions) of each assignment a dispatcher's log records."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if match := ASSIGNED.match(line):
+            stamp = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            out.append((stamp, int(match[2])))
+    return out
+
+
+def test_one_of_two_dispatchers_killed_the_other_takes_its_partitions(stack: LocalStack) -> None:
+    """Two dispatchers share partitioned bucket topics in one consumer group and three
+    workers compute; one dispatcher is killed with kill -9 mid-run and not restarted: the
+    group hands its partitions to the other, which answers everything, once."""
+    every = (len(Settings().buckets) + 1) * PARTITIONS  # the bucket topics and the ingress
+    seen: dict[str, Any] = {}
+
+    def kill_one(pipeline: Pipeline) -> None:
+        survivor, victim = pipeline.dispatchers
+        held = assignments(survivor.log_path)
+        assert held and 0 < held[-1][1] < every, f"the survivor holds {held}: nothing to take"
+        seen.update(survivor=survivor.log_path, killed_at=time.time(), before=held[-1][1])
+        victim.kill()
+        pipeline.dispatchers.remove(victim)  # not restarted: the survivor must take over
+
+    outcome = run_with_fault(
+        "kill -9 one of 2 dispatchers",
+        unique_prefix("kill-one-of-two"),
+        kill_one,
+        seed=8,
+        worker_buckets=["all", "all", "all"],
+        dispatchers=2,
+        HEADRACE_TORCH_THREADS="1",
+        HEADRACE_REQUEST_PARTITIONS=str(PARTITIONS),
+        # few batches out at a time: most of the victim's share is still on its partitions
+        # (or held by it) when it dies, so the survivor must serve it
+        HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",
+    )
+    after = [(t, n) for t, n in assignments(seen["survivor"]) if t >= seen["killed_at"] - 1]
+    took_all = [t for t, n in after if n == every]
+    assert took_all, f"the survivor never held all {every} partitions: {after}"
+    takeover_s = took_all[0] - seen["killed_at"]
+    print(f"takeover: {seen['before']} -> {every} partitions {takeover_s:.1f} s after the kill")
+    assert outcome.all_answered_s > takeover_s, "the survivor served none of the victim's share"

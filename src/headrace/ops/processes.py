@@ -125,7 +125,8 @@ class Proc:
 class Pipeline:
     """A dispatcher and workers for one settings environment; a context manager.
     ``worker_buckets``: one entry per worker ("all" or "16,32"); default one worker for all;
-    ``[]`` for none. ``worker_env``: added to the workers' environment only."""
+    ``[]`` for none. ``worker_env``: added to the workers' environment only. ``dispatchers``:
+    how many dispatchers share the bucket topics in their one consumer group."""
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class Pipeline:
         worker_buckets: list[str] | None = None,
         log_dir: Path | None = None,
         worker_env: Mapping[str, str] | None = None,
+        dispatchers: int = 1,
     ) -> None:
         self.env = {**os.environ, **(env or {})}
         self.env.setdefault("PYTHONUNBUFFERED", "1")
@@ -145,13 +147,23 @@ class Pipeline:
             Proc(f"worker-{i}", ["worker", "--buckets", b], self.worker_env, self.log_dir)
             for i, b in enumerate(["all"] if worker_buckets is None else worker_buckets)
         ]
-        self.dispatcher = Proc("dispatcher", ["dispatcher"], self.env, self.log_dir)
+        self.dispatchers = [
+            Proc(
+                "dispatcher" if i == 0 else f"dispatcher-{i}",
+                ["dispatcher"],
+                self.env,
+                self.log_dir,
+            )
+            for i in range(dispatchers)
+        ]
+        self.dispatcher = self.dispatchers[0]
 
     def start(self) -> Pipeline:
         try:
             for worker in self.workers:
                 worker.start()
-            self.dispatcher.start()
+            for dispatcher in self.dispatchers:
+                dispatcher.start()
         except BaseException:
             self.stop()  # leave no worker behind when a later process fails to start
             raise
@@ -169,7 +181,7 @@ class Pipeline:
         return worker.start()
 
     def stop(self) -> None:
-        for proc in [self.dispatcher, *self.workers]:
+        for proc in [*self.dispatchers, *self.workers]:
             proc.stop()
 
     def __enter__(self) -> Pipeline:
