@@ -42,6 +42,7 @@ from typing import Any, Literal
 from headrace.cache.requests import request_key, request_scopes
 from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
+from headrace.connections import REDIS_ERRORS
 from headrace.consumers.replies import ReplyListener
 from headrace.models.registry import model_spec
 from headrace.models.tokenizer import count_tokens
@@ -68,6 +69,7 @@ from headrace.schemas.messages import (
 )
 from headrace.schemas.topics import Topics
 from headrace.transport import Transport, open_transport
+from headrace.usage.meter import Totals, UsageMeter
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,10 @@ class Client(GenerationMixin):
             self._resender = threading.Thread(target=self._resend_loop, daemon=True)
             self._resender.start()
         self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
+        # cache hits count in the tenant's usage (a hit costs no device time)
+        self._usage = (
+            UsageMeter(self.cache.l2.redis, self.settings.topic_prefix) if self.cache else None
+        )
 
     # --- building requests ---------------------------------------------------------------------
     def prepare(
@@ -209,6 +215,14 @@ class Client(GenerationMixin):
             out.append((request, bucket_for(tokens, self.settings.buckets)))
         return out
 
+    def _count_hit(self, tenant: str) -> None:
+        if self._usage is None:
+            return
+        try:
+            self._usage.add({tenant: Totals(cache_hits=1)})
+        except REDIS_ERRORS:  # usage is accounting: it never fails a request
+            log.debug("cache hit not counted: Redis unreachable", exc_info=True)
+
     # --- sending ---------------------------------------------------------------------------------
     def send(self, request: Request, bucket: int) -> Submission:
         """Produce a prepared request (no checks) and return its submission; a cache hit is
@@ -217,6 +231,7 @@ class Client(GenerationMixin):
             version = model_spec(request.model).version
             hit = self.cache.get(request_key(request, version))
             if hit is not None:
+                self._count_hit(request.tenant)
                 answered: Future[Reply] = Future()
                 answered.set_result(
                     Reply(

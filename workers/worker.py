@@ -31,10 +31,11 @@ from headrace.cache.writer import ResultWriter
 from headrace.config.settings import Settings
 from headrace.health.ready import announce_ready
 from headrace.models.registry import model_spec
-from headrace.schemas.messages import Batch, Reply, StreamDelta
+from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta
 from headrace.schemas.topics import Topics
 from headrace.sessions.store import open_sessions
 from headrace.transport import Transport, TransportError, open_transport
+from headrace.usage.meter import Totals, UsageMeter
 from headrace.workers import metrics, tasks
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.backends.base import ModelBackend
@@ -162,6 +163,29 @@ def health(backend: ModelBackend, worker_id: str, buckets: list[int]) -> dict[st
     }
 
 
+def _after_delivery(usage: UsageMeter) -> Callable[[int, list[tuple[BatchItem, Reply]]], None]:
+    """Once a batch's replies are acknowledged: its metrics, and each tenant's usage."""
+
+    def after(bucket: int, replies: list[tuple[BatchItem, Reply]]) -> None:
+        metrics.observe(bucket, replies, time.time())
+        try:
+            usage.add(usage_of(replies))
+        except connections.REDIS_ERRORS:  # accounting never fails a batch already answered
+            log.warning("usage of a batch not counted: Redis unreachable", exc_info=True)
+
+    return after
+
+
+def usage_of(replies: list[tuple[BatchItem, Reply]]) -> dict[str, Totals]:
+    """Per tenant: requests computed, their tokens and device time."""
+    out: dict[str, Totals] = {}
+    for _, reply in replies:
+        if reply.cost is not None:
+            totals = out.setdefault(reply.tenant, Totals())
+            totals += Totals(requests=1, tokens=reply.cost.tokens, device_ms=reply.cost.device_ms)
+    return out
+
+
 def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> None:
     unknown = sorted(set(buckets) - set(settings.buckets))
     if unknown:
@@ -186,7 +210,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
         sessions=open_sessions(settings) if spec.task == "generate" else None,
-        after_delivery=lambda bucket, replies: metrics.observe(bucket, replies, time.time()),
+        after_delivery=_after_delivery(UsageMeter(redis_client, settings.topic_prefix)),
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,

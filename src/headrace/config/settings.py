@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     # the model throughput seen so far, or this one before any batch (MiniLM on 2 CPU cores
     # does about 5,000 padded tokens/s).
     scaling_prior_tokens_per_s: float = Field(default=5000.0, gt=0)
+    # the gateway moves closed minutes of per-tenant usage from Redis to the SQL store this
+    # often (`headrace cost report` does it before it reads, too)
+    usage_flush_every_s: float = Field(default=30.0, gt=0)
 
     # --- faults and limits ----------------------------------------------------------------
     # A request whose batch crashed or ran past its lease this many times while it was alone in

@@ -6,7 +6,6 @@ batch is 409). ``request_counts``, ``usage``, ``errors`` and ``metadata`` in Ope
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -18,18 +17,17 @@ from headrace.jobs.files_api import list_page, owned_file, unix
 from headrace.jobs.launch import new_job, start_detached
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.store import Job, JobNotFound, JobStore
+from headrace.jobs.usage import seconds_of
 
-WINDOW = re.compile(r"(\d{1,5})([smh])")
-UNIT_S = {"s": 1, "m": 60, "h": 3600}
 MAX_WINDOW_S = 24 * 3600
 
 
 def window_seconds(window: str) -> int:
     """``24h`` (OpenAI's only value) or a shorter window in the same form."""
-    match = WINDOW.fullmatch(window)
-    if match is None:
-        raise ValueError("completion_window: a duration such as 24h, 30m or 90s")
-    seconds = int(match[1]) * UNIT_S[match[2]]
+    try:
+        seconds = seconds_of(window)
+    except ValueError:
+        raise ValueError("completion_window: a duration such as 24h, 30m or 90s") from None
     if not 1 <= seconds <= MAX_WINDOW_S:
         raise ValueError("completion_window: between 1s and 24h")
     return seconds

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from pydantic import AnyHttpUrl, BaseModel, Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from headrace.config.settings import Settings
+from headrace.connections import redis_client
 from headrace.jobs import api
 from headrace.jobs.api import ApiError, Tenant
 from headrace.jobs.batches_api import batches_router, owned_job
@@ -34,9 +36,14 @@ from headrace.jobs.launch import new_job, start_detached
 from headrace.jobs.models_api import models_router
 from headrace.jobs.single import KIND, job_object
 from headrace.jobs.store import JobStore
+from headrace.jobs.usage import flush
+from headrace.jobs.usage_api import usage_router
 from headrace.jobs.webhooks import WebhookRefused, check_target, secret_of
 from headrace.producers.client import Client
 from headrace.schemas.openai_batch import EMBEDDINGS_URL
+from headrace.usage.meter import UsageMeter
+
+log = logging.getLogger(__name__)
 
 
 class JobCreate(BaseModel):
@@ -53,9 +60,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     clients: dict[str, Client] = {}
     clients_lock = threading.Lock()
 
+    meter = UsageMeter(redis_client(settings), settings.topic_prefix)
+    stop_flushing = threading.Event()
+
+    def flush_usage() -> None:  # closed minutes of tenant usage: Redis -> the SQL store
+        while not stop_flushing.wait(settings.usage_flush_every_s):
+            try:
+                flush(store, meter)
+            except Exception:  # Redis or SQL away: the minutes wait in Redis
+                log.warning("usage flush failed; trying again later", exc_info=True)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        flusher = threading.Thread(target=flush_usage, name="usage-flush", daemon=True)
+        flusher.start()
         yield
+        stop_flushing.set()
         for client in clients.values():
             client.close()
 
@@ -74,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models_router(settings))
     app.include_router(files_router(settings, store))
     app.include_router(batches_router(settings, store))
+    app.include_router(usage_router(store, meter))
 
     # --- health: scraped and probed without an API key -------------------------------------
     @app.get("/metrics", include_in_schema=False)

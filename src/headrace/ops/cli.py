@@ -30,6 +30,8 @@ app.add_typer(dev, name="dev")
 app.add_typer(schema, name="schema")
 app.add_typer(cache, name="cache")
 app.add_typer(batch, name="batch")
+cost = typer.Typer(help="What each tenant used: requests, tokens, device time, cache hits.")
+app.add_typer(cost, name="cost")
 api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
 app.add_typer(api_key, name="api-key")
 console = Console()
@@ -227,7 +229,8 @@ def gateway(
 
     from headrace.jobs.gateway import create_app
 
-    uvicorn.run(create_app(_needs("sql", "kafka")), host=host, port=port, log_level=log_level)
+    settings = _needs("sql", "kafka", "redis")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
 
 
 @api_key.command("create")
@@ -251,6 +254,57 @@ def invalidator(log_level: str = "INFO", metrics_port: int | None = MetricsPort)
     settings = _needs("kafka", "redis", "s3")
     _serve_health(metrics_port, settings)
     Invalidator(settings).run(_stop_on_signal())
+
+
+@cost.command("report")
+def cost_report(
+    since: str = typer.Option("1h", help="how far back: 90s, 30m, 1h, 7d"),
+    tenant: str | None = typer.Option(None, help="only this tenant"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per tenant"),
+) -> None:
+    """Per tenant since SINCE: requests computed, tokens, device-seconds (each request's
+    share of its batch's compute, split by padded tokens) and cache hits. Closed minutes are
+    moved from Redis to the SQL store first; the current ones are read from Redis."""
+    from datetime import UTC, datetime, timedelta
+
+    from headrace import connections
+    from headrace.jobs.store import JobStore
+    from headrace.jobs.usage import flush, seconds_of, totals
+    from headrace.usage.meter import UsageMeter
+
+    try:
+        start = datetime.now(UTC) - timedelta(seconds=seconds_of(since))
+    except ValueError as exc:
+        errors.print(f"[red]error:[/red] --since {exc}")
+        raise typer.Exit(2) from exc
+    settings = _needs("sql", "redis")
+    store = JobStore(settings.sql_url)
+    meter = UsageMeter(connections.redis_client(settings), settings.topic_prefix)
+    flush(store, meter)
+    rows = sorted(totals(store, meter, start, tenant).items())
+    if as_json:
+        for name, t in rows:
+            record = {"tenant": name, "requests": t.requests, "tokens": t.tokens}
+            record |= {"device_seconds": round(t.device_ms / 1000, 6), "cache_hits": t.cache_hits}
+            print(json.dumps(record))
+        return
+    table = Table(title=f"usage since {start:%Y-%m-%d %H:%M:%S} UTC")
+    for column in ("tenant", "requests", "tokens", "device-s", "device-ms / request", "cache hits"):
+        table.add_column(column, justify="left" if column == "tenant" else "right")
+    for name, t in rows:
+        per = t.device_ms / t.requests if t.requests else 0.0
+        table.add_row(
+            name,
+            f"{t.requests:,}",
+            f"{t.tokens:,}",
+            f"{t.device_ms / 1000:,.3f}",
+            f"{per:,.2f}",
+            f"{t.cache_hits:,}",
+        )
+    if not rows:
+        console.print(f"no usage since {start:%Y-%m-%d %H:%M:%S} UTC")
+    else:
+        console.print(table)
 
 
 @cache.command("stats")
