@@ -44,6 +44,7 @@ from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS
 from headrace.consumers.replies import ReplyListener
+from headrace.health.tracing import headers_of, submitting
 from headrace.models.registry import model_spec
 from headrace.models.tokenizer import count_tokens
 from headrace.producers.generation import GenerationMixin
@@ -83,6 +84,7 @@ class _Unanswered:
     request: Request
     sent_at: float
     resends: int = 0
+    traceparent: str | None = None  # a resend stays in the request's trace
 
 
 @dataclass(frozen=True)
@@ -253,10 +255,11 @@ class Client(GenerationMixin):
         self._take_slot()
         key = (request.tenant, request.request_id)
         future = self._listener.expect(*key)
+        unanswered = _Unanswered(request, time.monotonic())
         with self._unanswered_lock:
-            self._unanswered[key] = _Unanswered(request, time.monotonic())
+            self._unanswered[key] = unanswered
         future.add_done_callback(lambda _: self._answered(key))
-        self._produce(self.topics.requests(bucket), request)
+        unanswered.traceparent = self._produce(self.topics.requests(bucket), request)
         return Submission(request=request, bucket=bucket, future=future)
 
     def send_nowait(self, request: Request, bucket: int) -> None:
@@ -269,10 +272,23 @@ class Client(GenerationMixin):
         with self._unanswered_lock:
             self._unanswered.pop(key, None)
 
-    def _produce(self, topic: str, request: Request) -> None:
+    def _produce(self, topic: str, request: Request, traceparent: str | None = None) -> str | None:
+        """Produce ``request`` with its trace context as a ``traceparent`` header: a new
+        ``headrace.submit`` span, or ``traceparent`` (a resend). Returns the traceparent."""
+        if traceparent is None:
+            with submitting(request.tenant, request.request_id, topic) as traceparent:
+                self._send_record(topic, request, traceparent)
+        else:
+            self._send_record(topic, request, traceparent)
+        return traceparent
+
+    def _send_record(self, topic: str, request: Request, traceparent: str | None) -> None:
         with self._produce_lock:
             self._producer.send(
-                topic, request.model_dump_json().encode(), key=request.request_id.encode()
+                topic,
+                request.model_dump_json().encode(),
+                key=request.request_id.encode(),
+                headers=headers_of(traceparent),
             )
 
     def flush(self) -> None:
@@ -299,7 +315,7 @@ class Client(GenerationMixin):
                 for u in due:
                     tokens = u.request.token_count or 0
                     topic = self.topics.requests(bucket_for(tokens, self.settings.buckets))
-                    self._produce(topic, u.request)
+                    self._produce(topic, u.request, u.traceparent)
                 self.flush()
                 self.resent += len(due)
                 log.warning("%d requests unanswered after %.0fs: sent again", len(due), after)

@@ -239,6 +239,8 @@ class BatchItem(_Message):
     request: Request
     ref: RecordRef
     arrived_at: float  # unix seconds when the dispatcher read the record
+    # the W3C trace context its record carried (the ``traceparent`` Kafka header)
+    traceparent: str | None = None
 
 
 class Batch(_Message):

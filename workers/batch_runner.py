@@ -16,6 +16,7 @@ from typing import Protocol, cast
 
 import torch
 
+from headrace.health.tracing import Headers, headers_of
 from headrace.schemas.errors import ErrorCode, ErrorInfo, input_too_long
 from headrace.schemas.messages import (
     Batch,
@@ -44,7 +45,9 @@ log = logging.getLogger(__name__)
 
 
 class ReplySink(Protocol):
-    def send(self, topic: str, reply: Reply | StreamDelta) -> None: ...
+    def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
+        """``headers``: the request's trace context (``traceparent``)."""
+        ...
 
     def flush(self) -> None:
         """Return once every reply sent is acknowledged by the broker; raise if one failed."""
@@ -104,7 +107,7 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         except Exception:  # the cache never fails a batch
             log.exception("batch %s: before-delivery hook failed", batch.batch_id)
     for item, reply in replies:
-        ctx.sink.send(item.request.reply_to, reply)
+        ctx.sink.send(item.request.reply_to, reply, headers_of(item.traceparent))
     ctx.sink.flush()
     if ctx.after_delivery is not None:
         ctx.after_delivery(batch.bucket, replies)

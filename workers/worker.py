@@ -30,6 +30,7 @@ from headrace.cache.store import open_cache
 from headrace.cache.writer import ResultWriter
 from headrace.config.settings import Settings
 from headrace.health.ready import announce_ready
+from headrace.health.tracing import Headers
 from headrace.models.registry import model_spec
 from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta
 from headrace.schemas.topics import Topics
@@ -46,6 +47,7 @@ from headrace.workers.batch_runner import BatchContext, run_batch
 from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import Ledger
 from headrace.workers.memory_plan import plan_model
+from headrace.workers.spans import record_spans
 from headrace.workers.tasks import TASK_NAME
 
 log = logging.getLogger(__name__)
@@ -71,11 +73,12 @@ class TopicReplySink:
         self.out = transport.writer(settings.reply_delivery_timeout_s, idempotent=True)
         self._known_topics: set[str] = set()
 
-    def send(self, topic: str, reply: Reply | StreamDelta) -> None:
+    def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
         if topic not in self._known_topics:
             self.transport.ensure_topics([topic], partitions=1)
             self._known_topics.add(topic)
-        self.out.send(topic, reply.model_dump_json().encode(), key=reply.request_id.encode())
+        value = reply.model_dump_json().encode()
+        self.out.send(topic, value, key=reply.request_id.encode(), headers=headers)
 
     def flush(self) -> None:
         self.out.flush()
@@ -163,11 +166,14 @@ def health(backend: ModelBackend, worker_id: str, buckets: list[int]) -> dict[st
     }
 
 
-def _after_delivery(usage: UsageMeter) -> Callable[[int, list[tuple[BatchItem, Reply]]], None]:
-    """Once a batch's replies are acknowledged: its metrics, and each tenant's usage."""
+def after_delivery(usage: UsageMeter) -> Callable[[int, list[tuple[BatchItem, Reply]]], None]:
+    """Once a batch's replies are acknowledged: its metrics, its requests' spans, and each
+    tenant's usage."""
 
     def after(bucket: int, replies: list[tuple[BatchItem, Reply]]) -> None:
-        metrics.observe(bucket, replies, time.time())
+        now = time.time()
+        metrics.observe(bucket, replies, now)
+        record_spans(bucket, replies, now)
         try:
             usage.add(usage_of(replies))
         except connections.REDIS_ERRORS:  # accounting never fails a batch already answered
@@ -210,7 +216,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
         sessions=open_sessions(settings) if spec.task == "generate" else None,
-        after_delivery=_after_delivery(UsageMeter(redis_client, settings.topic_prefix)),
+        after_delivery=after_delivery(UsageMeter(redis_client, settings.topic_prefix)),
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,

@@ -7,14 +7,18 @@ import http.server
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from headrace.config.settings import Settings
 from headrace.jobs.webhooks import SIGNATURE, verify
 from headrace.ops.processes import Pipeline
+from headrace.schemas.topics import Topics
+from tests.integration.topics import read_topic
 from tests.jobs.gateway_proc import auth, running_gateway
 
 pytestmark = pytest.mark.timeout(300)
@@ -139,6 +143,39 @@ def test_synchronous_embeddings(gateway: tuple[str, dict[str, str]]) -> None:
         http.get("/v1/no-such-thing")
         scraped = http.get("/metrics").text
         assert 'route="unmatched",status="404"' in scraped
+
+
+def test_a_callers_trace_context_travels_to_the_records_and_the_reply(
+    gateway: tuple[str, dict[str, str]], shared_settings: Settings
+) -> None:
+    """No SDK in these processes: the caller's traceparent reaches the request record, the
+    worker (through the Celery task) and the reply record unchanged."""
+    url, keys = gateway
+    trace_id = uuid.uuid4().hex
+    traceparent = f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
+    text = f"traced through the gateway {trace_id}"
+    with httpx.Client(base_url=url, timeout=60, headers=auth(keys["acme"])) as http:
+        ok = http.post(
+            "/v1/embeddings",
+            json={"model": "all-MiniLM-L6-v2", "input": text},
+            headers={"traceparent": traceparent},
+        )
+    assert ok.status_code == 200, ok.text
+    topics = Topics(shared_settings.topic_prefix)
+    requests = [
+        r
+        for b in shared_settings.buckets
+        for r in read_topic(shared_settings, topics.requests(b))
+        if text.encode() in r.value
+    ]
+    assert [r.header("traceparent") for r in requests] == [traceparent.encode()]
+    request_id = json.loads(requests[0].value)["request_id"]
+    replies = [
+        r
+        for r in read_topic(shared_settings, topics.replies("default"))
+        if request_id.encode() in r.value
+    ]
+    assert [r.header("traceparent") for r in replies] == [traceparent.encode()]
 
 
 def test_single_async_job_with_webhook(gateway: tuple[str, dict[str, str]]) -> None:

@@ -50,7 +50,7 @@ class CancelOnFirstDelta(TopicReplySink):
         super().__init__(open_transport(settings), settings)
         self.ledger, self.key = ledger, key
 
-    def send(self, topic: str, reply: Reply | StreamDelta) -> None:
+    def send(self, topic: str, reply: Reply | StreamDelta, headers: object = ()) -> None:
         super().send(topic, reply)
         if isinstance(reply, StreamDelta) and (reply.tenant, reply.request_id) == self.key:
             self.ledger.cancel(*self.key)
@@ -90,7 +90,7 @@ def test_cancel_stops_a_running_generation(stack: LocalStack, backend: Generatio
 class CrashBeforeFinal(TopicReplySink):
     """Streams, then fails on the final reply: a worker dying mid-delivery."""
 
-    def send(self, topic: str, reply: Reply | StreamDelta) -> None:
+    def send(self, topic: str, reply: Reply | StreamDelta, headers: object = ()) -> None:
         if isinstance(reply, Reply):
             raise ConnectionError("worker died before its final reply")
         super().send(topic, reply)

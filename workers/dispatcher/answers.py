@@ -69,7 +69,7 @@ class Answerer:
         """A copy of a request record to its proper bucket topic; its record here is done
         once the copy is acknowledged (a dispatcher that dies first forwards it again, and
         the ledger answers the request id once)."""
-        self.writer.send(action.topic, action.value, key=action.key)
+        self.writer.send(action.topic, action.value, key=action.key, headers=action.headers)
         self._sent.append(action.ref)
 
     def deliver(self) -> list[RecordRef]:

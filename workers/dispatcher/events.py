@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from headrace.schemas.errors import ErrorInfo
 from headrace.schemas.messages import Batch, Completion, DeadLetter, RecordRef
-from headrace.transport.base import Partition, Record
+from headrace.transport.base import Headers, Partition, Record
 
 RequestKey = tuple[str, str]  # (tenant, request_id)
 
@@ -164,6 +164,7 @@ class Forward:
     topic: str
     key: bytes | None
     value: bytes
+    headers: Headers = ()
 
 
 @dataclass(frozen=True)

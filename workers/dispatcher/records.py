@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from cachetools import FIFOCache
 
+from headrace.health.tracing import TRACEPARENT, valid_traceparent
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import BatchItem, RecordRef, Request
 from headrace.schemas.topics import Topics
@@ -106,7 +107,7 @@ class RecordsIn:
                 self.stats.forwarded += 1
                 self.observer.record("forwarded")
                 topic = self.topics.requests(way.bucket)
-                out.append(ev.Forward(ref, topic, record.key, record.value))
+                out.append(ev.Forward(ref, topic, record.key, record.value, record.headers))
                 return
             if isinstance(way, ErrorInfo):  # past the largest bucket
                 self._refuse(request, ref, here, wall_time, way, 0, out)
@@ -117,7 +118,8 @@ class RecordsIn:
             self._refuse(request, ref, here, wall_time, problem, tokens, out)
             return
         if here is not None:
-            self._admit(request, ref, here, tokens, wall_time)
+            traceparent = valid_traceparent(record.header(TRACEPARENT))
+            self._admit(request, ref, here, tokens, wall_time, traceparent)
 
     def _refuse(
         self,
@@ -142,14 +144,21 @@ class RecordsIn:
         out.append(self.refusals.malformed(record.value, ref, why))
 
     def _admit(
-        self, request: Request, ref: RecordRef, bucket: int, tokens: int, wall_time: float
+        self,
+        request: Request,
+        ref: RecordRef,
+        bucket: int,
+        tokens: int,
+        wall_time: float,
+        traceparent: str | None,
     ) -> None:
         if not self.flights.hold(ref, request.key):  # same id again while the first waits
             self.stats.duplicates += 1
             self.observer.record("duplicate")
             return
         self.observer.record("accepted")
-        pending = Pending(BatchItem(request=request, ref=ref, arrived_at=wall_time), tokens)
+        item = BatchItem(request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent)
+        pending = Pending(item, tokens)
         for batch in self.batchers[bucket].add(pending, pending.tokens):
             self.flights.queue(bucket, batch)
 
@@ -183,6 +192,7 @@ class RecordsIn:
         if held.bucket is None:
             return  # from the unbucketed topic: the worker holding it answers
         if held.then == "admit":
-            self._admit(held.request, ref, held.bucket, held.tokens, held.wall_time)
+            # (a record held back this way leaves its trace: rare, and not worth a field)
+            self._admit(held.request, ref, held.bucket, held.tokens, held.wall_time, None)
         elif held.pending is not None:
             self.flights.queue(held.bucket, [held.pending])

@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     # (None: not served; each command also takes --metrics-port). The gateway serves them on
     # its own HTTP port.
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # "otlp": long-running processes export their spans with OpenTelemetry's OTLP/HTTP
+    # exporter (extra [tracing]; OTEL_EXPORTER_OTLP_* say where). "none": the API's no-op,
+    # and trace context still travels on every record.
+    tracing_exporter: Literal["none", "otlp"] = "none"
     # The gateway's largest upload (POST /v1/files): OpenAI's limit for a batch input file.
     max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
     # Webhooks go only to public addresses, or to hosts / networks listed here (e.g.

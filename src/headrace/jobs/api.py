@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headrace.jobs.formats import STATUS_OF
 from headrace.jobs.http_metrics import MetricsMiddleware
+from headrace.jobs.http_tracing import TraceContextMiddleware
 from headrace.jobs.store import JobStore
 from headrace.schemas.errors import (
     BackpressureError,
@@ -107,6 +108,7 @@ def install(app: FastAPI) -> None:
         return _validation_error(exc)
 
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(TraceContextMiddleware)
     app.add_middleware(MetricsMiddleware)  # outermost: it sees the status the caller gets
 
 

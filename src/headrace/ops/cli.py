@@ -136,10 +136,13 @@ def _print_services(services: list) -> None:  # type: ignore[type-arg]
 MetricsPort = typer.Option(None, help="serve /metrics, /healthz, /readyz on this port")
 
 
-def _serve_health(port: int | None, settings: Settings) -> None:
+def _serve_health(port: int | None, settings: Settings, service: str) -> None:
+    """/metrics, /healthz, /readyz on ``port`` (or the setting), and the span exporter."""
     from headrace.health.endpoint import serve_health
+    from headrace.health.tracing import configure
 
     serve_health(port if port is not None else settings.metrics_port)
+    configure(settings.tracing_exporter, f"headrace-{service}")
 
 
 @app.command()
@@ -149,7 +152,7 @@ def dispatcher(log_level: str = "INFO", metrics_port: int | None = MetricsPort) 
 
     _logging(log_level)
     settings = _needs("kafka", "redis")
-    _serve_health(metrics_port, settings)
+    _serve_health(metrics_port, settings, "dispatcher")
     service = Dispatcher(settings)
     # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
     signal.signal(signal.SIGUSR2, lambda *_: service.report_requested.set())
@@ -173,7 +176,7 @@ def worker(
         _print_plan(settings, _buckets(buckets, settings), max_new_tokens)
         return
     require(settings, "kafka", "redis")
-    _serve_health(metrics_port, settings)
+    _serve_health(metrics_port, settings, "worker")
     try:
         serve(settings, _buckets(buckets, settings), loglevel=log_level)
     except WarmUpFailed as exc:
@@ -227,9 +230,11 @@ def gateway(
     """Serve the OpenAI-compatible HTTP gateway (files, batches, embeddings)."""
     import uvicorn
 
+    from headrace.health.tracing import configure
     from headrace.jobs.gateway import create_app
 
     settings = _needs("sql", "kafka", "redis")
+    configure(settings.tracing_exporter, "headrace-gateway")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
 
 
@@ -252,7 +257,7 @@ def invalidator(log_level: str = "INFO", metrics_port: int | None = MetricsPort)
 
     _logging(log_level)
     settings = _needs("kafka", "redis", "s3")
-    _serve_health(metrics_port, settings)
+    _serve_health(metrics_port, settings, "invalidator")
     Invalidator(settings).run(_stop_on_signal())
 
 
