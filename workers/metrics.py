@@ -46,6 +46,11 @@ LOAD_STAGES = Counter(
 MODEL_ERRORS = Counter(
     "headrace_worker_model_errors_total", "Requests the model failed on", ["bucket"]
 )
+INFO = Gauge(
+    "headrace_worker_info",
+    "1, labelled with what this worker is: its id, model, device and buckets",
+    ["worker_id", "model", "device", "buckets"],
+)
 LOAD_STAGE = Gauge("headrace_worker_load_stage_seconds", "Seconds each load stage took", ["stage"])
 MEMORY = Gauge("headrace_worker_memory_bytes", "Memory this worker holds", ["kind"])
 MEMORY_USED = Gauge(
@@ -72,6 +77,10 @@ def observe(batch_bucket: int, replies: Sequence[tuple[BatchItem, Reply]], now: 
             if reply.timings is not None:
                 COMPUTE.labels(bucket).observe(reply.timings.compute_ms / 1000)
     BATCHES.labels(bucket).inc()
+
+
+def describe(worker_id: str, model: str, device: str, buckets: Sequence[int]) -> None:
+    INFO.labels(worker_id, model, device, ",".join(map(str, buckets))).set(1)
 
 
 def stage_ended(stage: str, outcome: str) -> None:

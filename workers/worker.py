@@ -202,6 +202,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     loaded = health(backend, worker_id, buckets) | {"plan": memory_plan(settings, backend, buckets)}
     t = backend.timings
     metrics.loaded(t.load_weights_s, t.build_s, t.warm_up_s)
+    metrics.describe(worker_id, backend.name, loaded["device"], buckets)
     metrics.watch_memory(str(getattr(backend, "device", "cpu")))
     print("LOADED " + json.dumps(loaded), flush=True)
 

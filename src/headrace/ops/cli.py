@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import logging
@@ -399,11 +400,15 @@ def schema_export(directory: Path) -> None:
 
 
 @app.command()
-def demo(count: int = 300, seed: int = 7) -> None:
+def demo(
+    count: int = 300,
+    seed: int = 7,
+    metrics: bool = typer.Option(True, help="serve /metrics on free ports, for `headrace top`"),
+) -> None:
     """The main job: local stack, dispatcher and worker; embed mixed-length sentences."""
     from headrace.ops.demo import run_demo
 
-    raise typer.Exit(run_demo(Settings(), count=count, seed=seed, console=console))
+    raise typer.Exit(run_demo(Settings(), count=count, seed=seed, console=console, metrics=metrics))
 
 
 @app.command()
@@ -427,6 +432,32 @@ def init() -> None:
     revision = JobStore(settings.sql_url).revision()
     console.print(f"topics: {len(buckets) + 4} of prefix {settings.topic_prefix!r} exist")
     console.print(f"job store: at revision {revision}")
+
+
+@app.command()
+def top(
+    target: list[str] = typer.Option(
+        [], help="a process's metrics URL, e.g. http://127.0.0.1:9101 (repeatable)"
+    ),
+    interval_s: float = typer.Option(2.0, help="seconds between refreshes"),
+    once: bool = typer.Option(False, "--once", help="print one frame and exit"),
+) -> None:
+    """A live view of the pipeline: per bucket backlog, queued work, rate, batch size,
+    padding, p50/p99; each worker's state and memory. Read from the processes' /metrics
+    (the targets a local pipeline lists in the state directory, or --target)."""
+    from headrace.ops.top import read_targets, run_top
+
+    settings = Settings()
+    targets = [t.rstrip("/") for t in target] or read_targets(settings.state_dir)
+    if not targets:
+        errors.print(
+            "[red]error:[/red] no metrics targets: pass --target URL, or run a local pipeline "
+            "that serves them (`headrace demo --metrics`)",
+            highlight=False,
+        )
+        raise typer.Exit(2)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the live view
+        run_top(targets, settings.buckets, interval_s, console, once=once)
 
 
 @app.command()

@@ -32,7 +32,9 @@ CANDIDATES = [
 ]
 
 
-def run_demo(settings: Settings, count: int, seed: int, console: Console) -> int:
+def run_demo(
+    settings: Settings, count: int, seed: int, console: Console, metrics: bool = True
+) -> int:
     stack = LocalStack(settings)
     started_stack = not stack.is_up()
     if started_stack:
@@ -46,9 +48,14 @@ def run_demo(settings: Settings, count: int, seed: int, console: Console) -> int
         workers = local_workers(settings.device, settings.torch_threads)
         console.print(f"starting a dispatcher and {workers} worker(s) (model load + warm-up)...")
         with (
-            local_pipeline(env, settings.device, settings.torch_threads),
+            local_pipeline(env, settings.device, settings.torch_threads, metrics) as pipeline,
             Client(demo_settings, tenant="demo") as client,
         ):
+            if metrics:
+                console.print(
+                    f"metrics: {', '.join(pipeline.metrics_urls)} "
+                    "(watch it live: `headrace top` in another terminal)"
+                )
             texts = long_tail_texts(count, seed=seed)
             replies = _embed_with_progress(client, texts, console)
             _similarity(client, console)

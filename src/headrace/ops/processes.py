@@ -6,8 +6,10 @@ command a user runs, configured through HEADRACE_* environment variables.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,9 +20,17 @@ from types import TracebackType
 
 from headrace.health.ready import is_ready_line
 
+TARGETS = "metrics-targets.json"  # read by `headrace top`
+
 
 class ProcessFailed(RuntimeError):
     pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def local_workers(device: str = "auto", torch_threads: int | None = None) -> int:
@@ -126,7 +136,9 @@ class Pipeline:
     """A dispatcher and workers for one settings environment; a context manager.
     ``worker_buckets``: one entry per worker ("all" or "16,32"); default one worker for all;
     ``[]`` for none. ``worker_env``: added to the workers' environment only. ``dispatchers``:
-    how many dispatchers share the bucket topics in their one consumer group."""
+    how many dispatchers share the bucket topics in their one consumer group. ``metrics``:
+    each process serves /metrics on a free port, listed in ``<state dir>/metrics-targets.json``
+    for ``headrace top``."""
 
     def __init__(
         self,
@@ -135,6 +147,7 @@ class Pipeline:
         log_dir: Path | None = None,
         worker_env: Mapping[str, str] | None = None,
         dispatchers: int = 1,
+        metrics: bool = False,
     ) -> None:
         self.env = {**os.environ, **(env or {})}
         self.env.setdefault("PYTHONUNBUFFERED", "1")
@@ -157,6 +170,21 @@ class Pipeline:
             for i in range(dispatchers)
         ]
         self.dispatcher = self.dispatchers[0]
+        self.targets_file: Path | None = None
+        if metrics:
+            self.targets_file = Path(self.env.get("HEADRACE_STATE_DIR", ".headrace")) / TARGETS
+            for proc in [*self.dispatchers, *self.workers]:
+                proc.args += ["--metrics-port", str(free_port())]
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        """Where each process serves /metrics (none unless started with ``metrics``)."""
+        urls = []
+        for proc in [*self.dispatchers, *self.workers]:
+            if "--metrics-port" in proc.args:
+                port = proc.args[proc.args.index("--metrics-port") + 1]
+                urls.append(f"http://127.0.0.1:{port}")
+        return urls
 
     def start(self) -> Pipeline:
         try:
@@ -164,6 +192,9 @@ class Pipeline:
                 worker.start()
             for dispatcher in self.dispatchers:
                 dispatcher.start()
+            if self.targets_file is not None:
+                self.targets_file.parent.mkdir(parents=True, exist_ok=True)
+                self.targets_file.write_text(json.dumps(self.metrics_urls))
         except BaseException:
             self.stop()  # leave no worker behind when a later process fails to start
             raise
@@ -183,6 +214,8 @@ class Pipeline:
     def stop(self) -> None:
         for proc in [*self.dispatchers, *self.workers]:
             proc.stop()
+        if self.targets_file is not None:
+            self.targets_file.unlink(missing_ok=True)
 
     def __enter__(self) -> Pipeline:
         return self.start()
@@ -196,7 +229,11 @@ class Pipeline:
         self.stop()
 
 
-def local_pipeline(env: Mapping[str, str], device: str, torch_threads: int | None) -> Pipeline:
+def local_pipeline(
+    env: Mapping[str, str], device: str, torch_threads: int | None, metrics: bool = False
+) -> Pipeline:
     """The demo's and the benchmark's pipeline: ``local_workers`` workers for all buckets."""
     workers = local_workers(device, torch_threads)
-    return Pipeline(env=env, worker_buckets=["all"] * workers, worker_env=worker_env(workers))
+    return Pipeline(
+        env=env, worker_buckets=["all"] * workers, worker_env=worker_env(workers), metrics=metrics
+    )
