@@ -18,6 +18,7 @@ import yaml
 
 import headrace.workers.dispatcher.metrics  # noqa: F401 - registers the dispatcher's series
 from headrace.config.settings import Settings
+from headrace.ops.scaling import ScalingPolicy
 from tests.infra.test_alerts import SERIES, exported
 
 K8S = Path(__file__).resolve().parents[2] / "infra" / "k8s"
@@ -100,20 +101,31 @@ def test_worker_groups_cover_every_bucket_once() -> None:
     assert sorted(served) == sorted(Settings().buckets)
 
 
-def test_each_group_scales_on_the_queued_work_of_its_own_buckets() -> None:
+def triggers(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in obj["spec"]["triggers"]}
+
+
+def test_each_group_scales_on_the_signals_of_its_own_buckets() -> None:
     groups = worker_groups()
     known = exported()
     targets = set()
+    signals = {
+        "queued-work": "headrace_dispatcher_queued_work_seconds",
+        "busy-workers": "headrace_batch_compute_seconds_sum",
+    }
     for obj in of_kind("ScaledObject"):
         target = obj["spec"]["scaleTargetRef"]["name"]
         targets.add(target)
-        [trigger] = obj["spec"]["triggers"]
-        query = trigger["metadata"]["query"]
-        assert SERIES.findall(query) == ["headrace_dispatcher_queued_work_seconds"]
-        assert "headrace_dispatcher_queued_work_seconds" in known
-        [regex] = re.findall(r'bucket=~"([^"]+)"', query)
-        assert {int(b) for b in regex.split("|")} == groups[target], target
-        assert float(trigger["metadata"]["threshold"]) > 0
+        by_name = triggers(obj)
+        assert set(by_name) == {*signals, "hourly-burst"}
+        for name, series in signals.items():
+            query = by_name[name]["metadata"]["query"]
+            assert SERIES.findall(query) == [series] and series in known
+            [regex] = re.findall(r'bucket=~"([^"]+)"', query)
+            assert {int(b) for b in regex.split("|")} == groups[target], target
+        cron = by_name["hourly-burst"]["metadata"]
+        start, end = int(cron["start"].split()[0]), int(cron["end"].split()[0])
+        assert start < 55 and end == 0  # warm before the five minutes before the hour
     assert targets == set(groups)
 
 
@@ -126,3 +138,36 @@ def test_the_gateway_scales_on_cpu_and_dispatchers_fit_the_partitions() -> None:
     [dispatcher] = [d for d in of_kind("Deployment") if "dispatcher" in d["metadata"]["name"]]
     assert 1 < dispatcher["spec"]["replicas"] <= partitions  # an idle member holds nothing
     assert config["data"]["HEADRACE_BROKER_FLAVOR"] == "kafka"
+
+
+def test_the_scaled_objects_deploy_the_policy_the_simulation_runs() -> None:
+    """bench/scaling.py simulates headrace.ops.scaling.ScalingPolicy: it must be what KEDA
+    and the HPA are told."""
+    policy = ScalingPolicy()
+    for obj in of_kind("ScaledObject"):
+        spec = obj["spec"]
+        trigger = triggers(obj)["queued-work"]
+        busy = triggers(obj)["busy-workers"]
+        assert float(busy["metadata"]["threshold"]) == policy.busy_target
+        behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        [up] = behavior["scaleUp"]["policies"]
+        [down] = behavior["scaleDown"]["policies"]
+        assert float(trigger["metadata"]["threshold"]) == policy.threshold_s
+        assert float(trigger["metadata"]["activationThreshold"]) == policy.activation_s
+        assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (
+            policy.min_workers,
+            policy.max_workers,
+        )
+        assert spec["pollingInterval"] == policy.polling_s
+        assert (up["type"], up["value"], up["periodSeconds"]) == (
+            "Percent",
+            policy.up_percent,
+            policy.up_period_s,
+        )
+        assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
+        assert behavior["scaleDown"]["stabilizationWindowSeconds"] == policy.down_stabilization_s
+        assert (down["type"], down["value"], down["periodSeconds"]) == (
+            "Pods",
+            policy.down_pods,
+            policy.down_period_s,
+        )
