@@ -13,10 +13,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import typer
@@ -82,18 +86,43 @@ def _overhead_ms(client: Client, text: str) -> tuple[float, Reply]:
     return total_ms - reply.timings.compute_ms, reply
 
 
+@contextlib.contextmanager
+def scraping(urls: list[str], every_s: float | None) -> Iterator[None]:
+    """Scrape ``urls``' /metrics every ``every_s`` on a thread while the block runs."""
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while every_s is not None and not stop.wait(every_s):
+            for url in urls:
+                with contextlib.suppress(OSError):
+                    urllib.request.urlopen(f"{url}/metrics", timeout=5).read()
+
+    thread = threading.Thread(target=scrape, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def run_pipeline(
     texts: list[str],
     env: dict[str, str],
     services: dict[str, int],
     lone: int = 0,
     quiet: int = 0,
+    scrape_every_s: float | None = None,
 ) -> tuple[RunResult, LoneLegs]:
+    """``scrape_every_s``: the processes serve /metrics and are scraped that often (as
+    Prometheus would) while the run lasts."""
     os.environ.update(env)
     settings = Settings()
+    metrics = scrape_every_s is not None
     with (
-        local_pipeline(env, settings.device, settings.torch_threads) as pipeline,
+        local_pipeline(env, settings.device, settings.torch_threads, metrics) as pipeline,
         Client(settings, tenant="bench") as client,
+        scraping(pipeline.metrics_urls, scrape_every_s),
     ):
         client.embed(texts[:8])  # connections warm
         pids = {**services, "dispatcher": pipeline.dispatcher.pid, "client": os.getpid()}

@@ -33,7 +33,7 @@ from rich.table import Table
 from headrace.config.settings import Settings
 from headrace.ops.scaling import Autoscaler, ScalingPolicy, Schedule
 
-console = Console()
+console = Console(width=120)
 BURST = 4.0  # +300%
 BURST_S = 300  # the five minutes before each hour
 

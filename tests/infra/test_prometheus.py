@@ -97,6 +97,13 @@ def test_prometheus_scrapes_the_pipeline(stack: LocalStack, tmp_path: Path) -> N
         assert batches is not None and batches == scalar(base, "sum(headrace_worker_batches_total)")
         memory = scalar(base, "max(headrace_worker_memory_used_ratio)")
         assert memory is not None and 0 < memory < 1
+        # the autoscaling signal, for every bucket; a worker's three load stages ended ok
+        queued = query(base, "headrace_dispatcher_queued_work_seconds")
+        assert len(queued) == len(Settings().buckets)
+        assert all(float(r["value"][1]) >= 0 for r in queued)
+        assert scalar(base, 'sum(headrace_worker_load_stages_total{outcome="ok"})') == 3
+        busy = scalar(base, "sum(increase(headrace_batch_compute_seconds_sum[5m]))")
+        assert busy is not None and busy > 0  # what the busy-workers trigger reads
         rules = httpx.get(f"{base}/api/v1/rules", timeout=10).json()["data"]["groups"]
         loaded = {r["name"]: r["health"] for g in rules for r in g["rules"]}
         assert set(loaded) == {
