@@ -26,7 +26,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from headrace import connections
 from headrace.config.settings import Settings
 from headrace.health.tracing import TRACEPARENT, valid_traceparent
-from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.producers.client import Client
 from headrace.schemas.messages import Batch
@@ -38,6 +37,7 @@ from headrace.workers.dispatcher.shell import Dispatcher
 from headrace.workers.ledger import Ledger
 from headrace.workers.worker import TopicReplySink, after_delivery
 from tests.integration.topics import read_topic
+from tests.models.loaded import loaded_minilm
 
 pytestmark = pytest.mark.timeout(240)
 LEGS = ("headrace.queued", "headrace.batch_wait", "headrace.compute", "headrace.reply")
@@ -57,11 +57,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 @pytest.fixture(scope="module")
 def model() -> EmbeddingBackend:
-    spec = model_spec("all-MiniLM-L6-v2")
-    backend = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
-    backend.load_weights()
-    backend.build()
-    return backend
+    return loaded_minilm()
 
 
 def test_one_trace_per_request_with_its_legs_linked_to_its_batch(

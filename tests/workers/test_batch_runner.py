@@ -5,14 +5,12 @@ state, and the completion says what happened."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 from headrace import connections
 from headrace.config.settings import Settings
-from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Reply
@@ -24,6 +22,7 @@ from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import ClaimState, Ledger
 from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
+from tests.models.loaded import loaded_minilm
 from tests.workers.batches import make_batch
 
 MODEL = "all-MiniLM-L6-v2"
@@ -47,12 +46,8 @@ class SmallMemory(FaultyBackend):
 
 
 @pytest.fixture(scope="module")
-def backend() -> Iterator[EmbeddingBackend]:
-    spec = model_spec(MODEL)
-    model = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
-    model.load_weights()
-    model.build()
-    yield model
+def backend() -> EmbeddingBackend:
+    return loaded_minilm()
 
 
 def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(

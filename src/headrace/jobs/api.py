@@ -22,8 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headrace.jobs.formats import STATUS_OF
-from headrace.jobs.http_metrics import MetricsMiddleware
-from headrace.jobs.http_tracing import TraceContextMiddleware
+from headrace.jobs.http_observability import ObservabilityMiddleware
 from headrace.jobs.store import JobStore
 from headrace.schemas.errors import (
     BackpressureError,
@@ -108,8 +107,7 @@ def install(app: FastAPI) -> None:
         return _validation_error(exc)
 
     app.add_middleware(RequestIdMiddleware)
-    app.add_middleware(TraceContextMiddleware)
-    app.add_middleware(MetricsMiddleware)  # outermost: it sees the status the caller gets
+    app.add_middleware(ObservabilityMiddleware)  # outermost: it sees the status sent
 
 
 class RequestIdMiddleware:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.models.registry import model_spec
 from headrace.workers.backends.embedding import EmbeddingBackend
+from tests.models.loaded import loaded_minilm
 from tests.reference import cosines, reference_embeddings
 
 TEXTS = [
@@ -18,12 +18,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def backend() -> EmbeddingBackend:
-    spec = model_spec("all-MiniLM-L6-v2")
-    backend = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
-    backend.load_weights()
-    backend.build()
-    backend.warm_up([16, 64])
-    return backend
+    return loaded_minilm(warm_up=[16, 64])
 
 
 def test_padded_batch_matches_reference(backend: EmbeddingBackend) -> None:
