@@ -14,7 +14,7 @@ import pytest
 from kafka import KafkaAdminClient
 
 from headrace.config.settings import Settings
-from headrace.jobs.store import JobStore
+from headrace.jobs.store import JobStore, newest_revision
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.topics import Topics
 from tests.conftest import unique_prefix
@@ -108,4 +108,4 @@ def test_init_creates_every_topic_and_migrates_the_job_store(
         assert wanted <= set(admin.list_topics())
     finally:
         admin.close()
-    assert JobStore(env["HEADRACE_SQL_URL"]).revision() == "0003"
+    assert JobStore(env["HEADRACE_SQL_URL"]).revision() == newest_revision()

@@ -54,6 +54,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def newest_revision() -> str | None:
+    """The revision the migrations bring a store to (what ``revision`` says once opened)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
 class _Base(DeclarativeBase):
     pass
 
@@ -145,8 +158,7 @@ class JobStore:
         self.migrate()
 
     def migrate(self) -> None:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg = _alembic_config()
         with self.engine.begin() as conn:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
