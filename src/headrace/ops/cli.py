@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import json
 import logging
@@ -18,21 +17,22 @@ from rich.table import Table
 from headrace.config.settings import Settings
 from headrace.health.reach import explain, require
 from headrace.jobs.cli import batch
+from headrace.ops.dev_cli import dev
+from headrace.ops.observe_cli import cost, top
 
 app = typer.Typer(
     help="headrace: a length-bucketed inference pipeline.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals may hold secrets
 )
-dev = typer.Typer(help="The embedded local stack (S3, Kafka-protocol broker, Redis).")
 schema = typer.Typer(help="Wire contracts.")
 cache = typer.Typer(help="The tiered result cache.")
 app.add_typer(dev, name="dev")
 app.add_typer(schema, name="schema")
 app.add_typer(cache, name="cache")
 app.add_typer(batch, name="batch")
-cost = typer.Typer(help="What each tenant used: requests, tokens, device time, cache hits.")
 app.add_typer(cost, name="cost")
+app.command()(top)
 api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
 app.add_typer(api_key, name="api-key")
 console = Console()
@@ -96,42 +96,6 @@ def _buckets(value: str | None, settings: Settings) -> list[int]:
     if not value or value == "all":
         return list(settings.buckets)
     return [int(v) for v in value.split(",") if v.strip()]
-
-
-@dev.command("up")
-def dev_up() -> None:
-    """Start SeaweedFS, tansu (stored in S3) and Redis under the state directory."""
-    from headrace.ops.localstack import LocalStack
-
-    services = LocalStack(Settings()).up()
-    _print_services(services)
-
-
-@dev.command("down")
-def dev_down() -> None:
-    """Stop exactly the processes `dev up` started."""
-    from headrace.ops.localstack import LocalStack
-
-    stopped = LocalStack(Settings()).down()
-    console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
-
-
-@dev.command("status")
-def dev_status() -> None:
-    """What runs where."""
-    from headrace.ops.localstack import LocalStack
-
-    _print_services(LocalStack(Settings()).status())
-
-
-def _print_services(services: list) -> None:  # type: ignore[type-arg]
-    table = Table("service", "pid", "state", "address", "log")
-    for s in services:
-        table.add_row(s.name, str(s.pid), "up" if s.alive() else "DOWN", s.address, s.log)
-    if not services:
-        console.print("local stack: not started (headrace dev up)")
-    else:
-        console.print(table)
 
 
 MetricsPort = typer.Option(None, help="serve /metrics, /healthz, /readyz on this port")
@@ -262,57 +226,6 @@ def invalidator(log_level: str = "INFO", metrics_port: int | None = MetricsPort)
     Invalidator(settings).run(_stop_on_signal())
 
 
-@cost.command("report")
-def cost_report(
-    since: str = typer.Option("1h", help="how far back: 90s, 30m, 1h, 7d"),
-    tenant: str | None = typer.Option(None, help="only this tenant"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per tenant"),
-) -> None:
-    """Per tenant since SINCE: requests computed, tokens, device-seconds (each request's
-    share of its batch's compute, split by padded tokens) and cache hits. Closed minutes are
-    moved from Redis to the SQL store first; the current ones are read from Redis."""
-    from datetime import UTC, datetime, timedelta
-
-    from headrace import connections
-    from headrace.jobs.store import JobStore
-    from headrace.jobs.usage import flush, seconds_of, totals
-    from headrace.usage.meter import UsageMeter
-
-    try:
-        start = datetime.now(UTC) - timedelta(seconds=seconds_of(since))
-    except ValueError as exc:
-        errors.print(f"[red]error:[/red] --since {exc}")
-        raise typer.Exit(2) from exc
-    settings = _needs("sql", "redis")
-    store = JobStore(settings.sql_url)
-    meter = UsageMeter(connections.redis_client(settings), settings.topic_prefix)
-    flush(store, meter)
-    rows = sorted(totals(store, meter, start, tenant).items())
-    if as_json:
-        for name, t in rows:
-            record = {"tenant": name, "requests": t.requests, "tokens": t.tokens}
-            record |= {"device_seconds": round(t.device_ms / 1000, 6), "cache_hits": t.cache_hits}
-            print(json.dumps(record))
-        return
-    table = Table(title=f"usage since {start:%Y-%m-%d %H:%M:%S} UTC")
-    for column in ("tenant", "requests", "tokens", "device-s", "device-ms / request", "cache hits"):
-        table.add_column(column, justify="left" if column == "tenant" else "right")
-    for name, t in rows:
-        per = t.device_ms / t.requests if t.requests else 0.0
-        table.add_row(
-            name,
-            f"{t.requests:,}",
-            f"{t.tokens:,}",
-            f"{t.device_ms / 1000:,.3f}",
-            f"{per:,.2f}",
-            f"{t.cache_hits:,}",
-        )
-    if not rows:
-        console.print(f"no usage since {start:%Y-%m-%d %H:%M:%S} UTC")
-    else:
-        console.print(table)
-
-
 @cache.command("stats")
 def cache_stats() -> None:
     """Entries in L2 and L3, and the counters the cache keeps in Redis."""
@@ -432,32 +345,6 @@ def init() -> None:
     revision = JobStore(settings.sql_url).revision()
     console.print(f"topics: {len(buckets) + 4} of prefix {settings.topic_prefix!r} exist")
     console.print(f"job store: at revision {revision}")
-
-
-@app.command()
-def top(
-    target: list[str] = typer.Option(
-        [], help="a process's metrics URL, e.g. http://127.0.0.1:9101 (repeatable)"
-    ),
-    interval_s: float = typer.Option(2.0, help="seconds between refreshes"),
-    once: bool = typer.Option(False, "--once", help="print one frame and exit"),
-) -> None:
-    """A live view of the pipeline: per bucket backlog, queued work, rate, batch size,
-    padding, p50/p99; each worker's state and memory. Read from the processes' /metrics
-    (the targets a local pipeline lists in the state directory, or --target)."""
-    from headrace.ops.top import read_targets, run_top
-
-    settings = Settings()
-    targets = [t.rstrip("/") for t in target] or read_targets(settings.state_dir)
-    if not targets:
-        errors.print(
-            "[red]error:[/red] no metrics targets: pass --target URL, or run a local pipeline "
-            "that serves them (`headrace demo --metrics`)",
-            highlight=False,
-        )
-        raise typer.Exit(2)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the live view
-        run_top(targets, settings.buckets, interval_s, console, once=once)
 
 
 @app.command()
