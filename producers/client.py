@@ -68,7 +68,7 @@ from headrace.schemas.messages import (
     Reply,
     Request,
 )
-from headrace.schemas.topics import Topics
+from headrace.schemas.topics import Lane, Topics
 from headrace.transport import Transport, open_transport
 from headrace.usage.meter import Totals, UsageMeter
 
@@ -111,16 +111,19 @@ class Client(GenerationMixin):
         reply_topic: str | None = None,
         listen: bool = True,
         transport: Transport | None = None,
+        lane: Lane = "online",
     ) -> None:
         """``listen``: False for a caller that reads its reply topic itself (bulk jobs): no
         reply listener and no resends; only ``send_nowait`` and ``cancel`` then.
-        ``transport``: the broker client (``open_transport(settings)`` by default)."""
+        ``transport``: the broker client (``open_transport(settings)`` by default).
+        ``lane``: ``bulk`` for work that may wait for online traffic (bulk jobs use it)."""
         self.settings = settings or Settings()
         self.tenant = tenant
+        self.lane: Lane = lane
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_topic = reply_topic or self.topics.replies("default")
         self.transport = transport or open_transport(self.settings)
-        self.transport.ensure_topics([self.topics.requests(b) for b in self.settings.buckets])
+        self.transport.ensure_topics([self.topics.requests(b, lane) for b in self.settings.buckets])
         self.transport.ensure_topics([self.reply_topic, self.topics.control], partitions=1)
         self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
         self._producer = self.transport.writer(self.settings.reply_delivery_timeout_s)
@@ -259,13 +262,14 @@ class Client(GenerationMixin):
         with self._unanswered_lock:
             self._unanswered[key] = unanswered
         future.add_done_callback(lambda _: self._answered(key))
-        unanswered.traceparent = self._produce(self.topics.requests(bucket), request)
+        topic = self.topics.requests(bucket, self.lane)
+        unanswered.traceparent = self._produce(topic, request)
         return Submission(request=request, bucket=bucket, future=future)
 
     def send_nowait(self, request: Request, bucket: int) -> None:
         """Produce a prepared request whose reply the caller reads from its reply topic
         itself (no future, no cache lookup, no resend); ``flush`` makes it durable."""
-        self._produce(self.topics.requests(bucket), request)
+        self._produce(self.topics.requests(bucket, self.lane), request)
 
     def _answered(self, key: tuple[str, str]) -> None:
         self._slots.release()
@@ -314,7 +318,8 @@ class Client(GenerationMixin):
             try:
                 for u in due:
                     tokens = u.request.token_count or 0
-                    topic = self.topics.requests(bucket_for(tokens, self.settings.buckets))
+                    bucket = bucket_for(tokens, self.settings.buckets)
+                    topic = self.topics.requests(bucket, self.lane)
                     self._produce(topic, u.request, u.traceparent)
                 self.flush()
                 self.resent += len(due)

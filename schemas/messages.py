@@ -251,6 +251,7 @@ class Batch(_Message):
     attempt: int = 1
     dispatched_at: float
     items: list[BatchItem]
+    lane: Literal["online", "bulk"] = "online"  # bulk: computed at a lower CPU priority
 
 
 class Completion(_Message):

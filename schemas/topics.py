@@ -1,20 +1,29 @@
-"""Topic and queue names, all derived from one prefix."""
+"""Topic and queue names, all derived from one prefix.
+
+Requests ride one of two lanes with the same buckets: ``online`` (``<prefix>.requests.b16``,
+queue ``<prefix>.b16``) and ``bulk`` (``<prefix>.requests.b16.bulk``, queue
+``<prefix>.b16.bulk``), which the dispatcher serves with the capacity online leaves.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-_REQUEST_TOPIC = re.compile(r"^(?P<prefix>.+)\.requests\.b(?P<bucket>\d+)$")
+Lane = Literal["online", "bulk"]
+LANES: tuple[Lane, ...] = get_args(Lane)
+_REQUEST_TOPIC = re.compile(r"^(?P<prefix>.+)\.requests\.b(?P<bucket>\d+)(?P<bulk>\.bulk)?$")
 
 
 @dataclass(frozen=True)
 class Topics:
     prefix: str
 
-    def requests(self, bucket: int) -> str:
-        """Kafka topic carrying requests of at most ``bucket`` tokens."""
-        return f"{self.prefix}.requests.b{bucket}"
+    def requests(self, bucket: int, lane: Lane = "online") -> str:
+        """Kafka topic carrying requests of at most ``bucket`` tokens, of ``lane``."""
+        online = f"{self.prefix}.requests.b{bucket}"
+        return online if lane == "online" else f"{online}.bulk"
 
     @property
     def ingress(self) -> str:
@@ -39,12 +48,19 @@ class Topics:
         """Explicit cache invalidations (schemas.cache.Invalidation)."""
         return f"{self.prefix}.invalidate"
 
-    def queue(self, bucket: int) -> str:
-        """Celery queue (Redis list) that carries this bucket's batches."""
-        return f"{self.prefix}.b{bucket}"
+    def queue(self, bucket: int, lane: Lane = "online") -> str:
+        """Celery queue (Redis list) that carries this bucket's batches of ``lane``."""
+        online = f"{self.prefix}.b{bucket}"
+        return online if lane == "online" else f"{online}.bulk"
 
     def bucket_of(self, topic: str) -> int:
+        return int(self._match(topic)["bucket"])
+
+    def lane_of(self, topic: str) -> Lane:
+        return "bulk" if self._match(topic)["bulk"] else "online"
+
+    def _match(self, topic: str) -> re.Match[str]:
         match = _REQUEST_TOPIC.match(topic)
         if match is None or match["prefix"] != self.prefix:
             raise ValueError(f"{topic!r} is not a request topic of prefix {self.prefix!r}")
-        return int(match["bucket"])
+        return match

@@ -33,7 +33,7 @@ from headrace.health.ready import announce_ready
 from headrace.health.tracing import Headers
 from headrace.models.registry import model_spec
 from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta
-from headrace.schemas.topics import Topics
+from headrace.schemas.topics import LANES, Topics
 from headrace.sessions.store import open_sessions
 from headrace.transport import Transport, TransportError, open_transport
 from headrace.usage.meter import Totals, UsageMeter
@@ -192,6 +192,22 @@ def usage_of(replies: list[tuple[BatchItem, Reply]]) -> dict[str, Totals]:
     return out
 
 
+def bulk_runner(nice: int) -> ThreadPoolExecutor | None:
+    """One thread at niceness ``nice`` for bulk batches (Linux sets a thread's priority by
+    its id): with one torch thread a batch's model work runs in it, so the operating system
+    gives online batches, the dispatcher and the broker the CPU first. None: nice 0."""
+    if nice <= 0:
+        return None
+
+    def lower() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError:  # not allowed here: bulk runs at the same priority
+            log.warning("could not lower the bulk thread's priority", exc_info=True)
+
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="bulk", initializer=lower)
+
+
 def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> None:
     unknown = sorted(set(buckets) - set(settings.buckets))
     if unknown:
@@ -226,11 +242,16 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     )
     app = tasks.celery_app(settings)
 
+    bulk = bulk_runner(settings.bulk_nice)
+
     @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
     def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
         batch = Batch.model_validate(payload)
         try:
-            run_batch(batch, ctx)
+            if batch.lane == "bulk" and bulk is not None:
+                bulk.submit(run_batch, batch, ctx).result()
+            else:
+                run_batch(batch, ctx)
         except TRANSIENT_ERRORS as exc:
             log.warning("batch %s hit %r; retrying it once", batch.batch_id, exc)
             ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
@@ -261,7 +282,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
             hostname=f"{worker_id}@headrace",
             pool_cls="solo",
             concurrency=1,
-            queues=[topics.queue(b) for b in buckets],
+            # online queues first: the broker is read in this order (tasks.celery_app)
+            queues=[topics.queue(b, lane) for lane in LANES for b in buckets],
             loglevel=loglevel,
             without_heartbeat=True,
             without_mingle=True,

@@ -67,7 +67,8 @@ def test_a_dispatcher_and_an_invalidator_serve_them(stack: LocalStack, tmp_path:
         # the autoscaling signal is there for every bucket before any traffic
         text = httpx.get(f"http://127.0.0.1:{ports['dispatcher']}/metrics").text
         deadline = time.monotonic() + 10
-        while 'headrace_dispatcher_queued_work_seconds{bucket="512"} 0.0' not in text:
+        signal = 'headrace_dispatcher_queued_work_seconds{bucket="512",lane="%s"} 0.0'
+        while not all(signal % lane in text for lane in ("online", "bulk")):
             assert time.monotonic() < deadline, text[-1500:]
             time.sleep(0.2)
             text = httpx.get(f"http://127.0.0.1:{ports['dispatcher']}/metrics").text

@@ -99,7 +99,7 @@ def test_prometheus_scrapes_the_pipeline(stack: LocalStack, tmp_path: Path) -> N
         assert memory is not None and 0 < memory < 1
         # the autoscaling signal, for every bucket; a worker's three load stages ended ok
         queued = query(base, "headrace_dispatcher_queued_work_seconds")
-        assert len(queued) == len(Settings().buckets)
+        assert len(queued) == 2 * len(Settings().buckets)  # online and bulk
         assert all(float(r["value"][1]) >= 0 for r in queued)
         assert scalar(base, 'sum(headrace_worker_load_stages_total{outcome="ok"})') == 3
         busy = scalar(base, "sum(headrace_batch_compute_seconds_sum)")

@@ -24,8 +24,9 @@ headrace_dispatcher_real_tokens_total{{bucket="16"}} {real}
 # TYPE headrace_dispatcher_padded_tokens counter
 headrace_dispatcher_padded_tokens_total{{bucket="16"}} {padded}
 # TYPE headrace_dispatcher_lag_records gauge
-headrace_dispatcher_lag_records{{bucket="16",kind="unread"}} {lag}
-headrace_dispatcher_lag_records{{bucket="16",kind="uncommitted"}} {lag * 2}
+headrace_dispatcher_lag_records{{bucket="16",kind="unread",lane="online"}} {lag}
+headrace_dispatcher_lag_records{{bucket="16",kind="uncommitted",lane="online"}} {lag * 2}
+headrace_dispatcher_lag_records{{bucket="16",kind="unread",lane="bulk"}} 1
 # TYPE headrace_dispatcher_queued_work_seconds gauge
 headrace_dispatcher_queued_work_seconds{{bucket="16"}} {lag * 0.01}
 """
@@ -75,7 +76,7 @@ def test_per_bucket_figures_over_the_interval_summed_over_processes() -> None:
         worker("http://w1", 2.0, replies=160, under_50ms=100),
     ]
     [row] = buckets_view(after, {s.url: s for s in before}, [16])
-    assert (row.unread, row.unanswered) == (10, 20)
+    assert (row.unread, row.unanswered) == (12, 20)  # both lanes, both dispatchers
     assert row.queued_work_s == pytest.approx(0.10)
     assert row.rate_per_s == pytest.approx(60.0)  # 120 replies in 2 s
     assert row.rows_per_batch == pytest.approx(6.0)  # 120 rows / 20 batches

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from headrace.config.settings import Settings
-from headrace.schemas.topics import Topics
+from headrace.schemas.topics import Lane, Topics
+from headrace.workers.dispatcher.lanes import LanePolicy
 from headrace.workers.health import HealthPolicy
 
 
@@ -23,6 +24,7 @@ class CoreConfig:
     buckets: tuple[int, ...]
     served: Mapping[str, int]
     max_batch_tokens: int = 4096
+    bulk_max_batch_tokens: int = 1024
     max_wait_ms: float = 20.0
     max_inflight_batches_per_bucket: int = 8
     lease_base_s: float = 30.0
@@ -36,6 +38,12 @@ class CoreConfig:
     # next expected offset skipped records (seen with tansu); read them again
     contiguous_offsets: bool = True
     scaling_prior_tokens_per_s: float = 5000.0
+    lanes: LanePolicy = field(default_factory=LanePolicy)
+
+    def batch_tokens(self, lane: Lane) -> int:
+        """A lane's padded-token budget: bulk batches are smaller, so a worker busy with one
+        is back for online work sooner (a batch cannot be interrupted)."""
+        return self.max_batch_tokens if lane == "online" else self.bulk_max_batch_tokens
 
     @classmethod
     def from_settings(
@@ -47,6 +55,7 @@ class CoreConfig:
             buckets=tuple(settings.buckets),
             served=dict(served),
             max_batch_tokens=settings.max_batch_tokens,
+            bulk_max_batch_tokens=settings.bulk_max_batch_tokens,
             max_wait_ms=settings.max_wait_ms,
             max_inflight_batches_per_bucket=settings.max_inflight_batches_per_bucket,
             lease_base_s=settings.lease_base_s,
@@ -65,4 +74,8 @@ class CoreConfig:
             ),
             contiguous_offsets=settings.broker_flavor == "tansu",
             scaling_prior_tokens_per_s=settings.scaling_prior_tokens_per_s,
+            lanes=LanePolicy(
+                reserved_workers=settings.bulk_reserved_workers,
+                starvation_s=settings.bulk_starvation_s,
+            ),
         )

@@ -23,6 +23,7 @@ from headrace.schemas.messages import (
     Batch,
     Completion,
 )
+from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.batcher import DynamicBatcher
 from headrace.workers.dispatcher import events as ev
@@ -34,6 +35,7 @@ from headrace.workers.dispatcher.flights import (
     Pending,
     ref_key,
 )
+from headrace.workers.dispatcher.lanes import BucketLanes, next_lane
 from headrace.workers.dispatcher.observer import Observer
 from headrace.workers.dispatcher.records import RecordsIn
 from headrace.workers.dispatcher.recovery import Exhausted, Recovery
@@ -67,13 +69,18 @@ class DispatcherCore:
         self.observer = observer or Observer()
         self.topics = config.topics
         self.bucket_of_topic: dict[str, int | None] = {
-            config.topics.requests(b): b for b in config.buckets
+            config.topics.requests(b, lane): b for b in config.buckets for lane in LANES
         }
         self.bucket_of_topic[config.topics.ingress] = None  # the unbucketed way in
+        self.lane_of_topic: dict[str, Lane] = {
+            config.topics.requests(b, lane): lane for b in config.buckets for lane in LANES
+        }
+        self.lane_of_topic[config.topics.ingress] = "online"
         self.flights = Flights(list(config.buckets))
-        self.batchers: dict[int, DynamicBatcher[Pending]] = {
-            b: DynamicBatcher(config.max_batch_tokens, config.max_wait_ms, clock)
+        self.batchers: dict[tuple[int, Lane], DynamicBatcher[Pending]] = {
+            (b, lane): DynamicBatcher(config.batch_tokens(lane), config.max_wait_ms, clock)
             for b in config.buckets
+            for lane in LANES
         }
         self.health = {b: BucketHealth(config.health, clock) for b in config.buckets}
         self.stats = DispatcherStats()
@@ -81,13 +88,16 @@ class DispatcherCore:
             config, self.flights, self.health, self.stats, self.observer, clock
         )
         self.workload = Workload(config.buckets, config.scaling_prior_tokens_per_s)
-        self.paused: set[int] = set()
+        self.paused: set[tuple[int, Lane]] = set()  # (bucket, lane) whose topic is paused
+        self._bulk_moved: dict[int, float] = {}  # bucket -> since when its bulk waits
+        self._turn = 0
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
         self.refusals = Refusals()
         self.records_in = RecordsIn(
             config,
             self.bucket_of_topic,
+            self.lane_of_topic,
             self.flights,
             self.batchers,
             self.health,
@@ -149,11 +159,12 @@ class DispatcherCore:
         bucket = self.bucket_of_topic[topic]
         if bucket is None:
             return False  # the unbucketed topic: what is read is forwarded at once
+        lane = self.lane_of_topic[topic]
         return bool(
-            bucket in self.paused
-            or self.flights.in_flight_count(bucket)
-            or self.flights.ready_count(bucket)
-            or len(self.batchers[bucket])
+            (bucket, lane) in self.paused
+            or self.flights.in_flight_count(bucket, lane)
+            or self.flights.ready_count(bucket, lane)
+            or len(self.batchers[bucket, lane])
         )
 
     def awaiting(self) -> tuple[bool, bool]:
@@ -205,21 +216,53 @@ class DispatcherCore:
             out.append(self._commit(sync=False))
 
     def _flush_due(self, out: list[ev.Action]) -> None:
-        limit = self.config.max_inflight_batches_per_bucket
-        for bucket, batcher in self.batchers.items():
-            counted = self.flights.in_flight_count(bucket)
-            idle = counted + self.flights.ready_count(bucket) < len(self.live.get(bucket, ()))
-            batch = batcher.due(idle=idle)
-            if batch:
-                self.flights.queue(bucket, batch)
-            while self.flights.in_flight_count(bucket) < limit:
-                pendings = self.flights.next_ready(bucket)
-                if pendings is None:
-                    break
+        # a rotating start: buckets whose bulk shares workers take the bulk slot in turn
+        self._turn = (self._turn + 1) % len(self.config.buckets)
+        buckets = self.config.buckets[self._turn :] + self.config.buckets[: self._turn]
+        for bucket in buckets:
+            for lane in LANES:
+                counted = self.flights.in_flight_count(bucket)
+                idle = counted + self.flights.ready_count(bucket) < len(self.live.get(bucket, ()))
+                batch = self.batchers[bucket, lane].due(idle=idle)
+                if batch:
+                    self.flights.queue(bucket, batch)
+            while (chosen := next_lane(self._lanes_of(bucket), self.config.lanes)) is not None:
+                pendings = self.flights.next_ready(bucket, chosen)
+                assert pendings is not None
+                if chosen == "bulk":
+                    self._bulk_moved[bucket] = self.clock()
                 pendings = self._drop_cancelled(bucket, pendings, out)
                 if pendings:
                     out.append(self._dispatch(bucket, pendings))
-            self._set_paused(bucket, bool(self.flights.ready_count(bucket)), out)
+            if not self.flights.ready_count(bucket, "bulk"):
+                self._bulk_moved.pop(bucket, None)  # nothing waits: nothing starves
+            for lane in LANES:
+                self._set_paused(bucket, lane, bool(self.flights.ready_count(bucket, lane)), out)
+
+    def _bulk_sharing(self, bucket: int) -> int:
+        """Bulk batches in flight of the buckets that share a live worker with ``bucket``."""
+        mine = self.live.get(bucket, frozenset())
+        return sum(
+            self.flights.in_flight_count(other, "bulk")
+            for other in self.config.buckets
+            if other == bucket or mine & self.live.get(other, frozenset())
+        )
+
+    def _lanes_of(self, bucket: int) -> BucketLanes:
+        """The bucket's state for the lane policy. A bucket's bulk lane waits from when it
+        had a batch ready and none went out, or from its last bulk batch sent."""
+        waiting = self.flights.ready_count(bucket, "bulk") > 0
+        if waiting:
+            self._bulk_moved.setdefault(bucket, self.clock())
+        return BucketLanes(
+            online_ready=bool(self.flights.ready_count(bucket, "online")),
+            bulk_ready=waiting,
+            in_flight=self.flights.in_flight_count(bucket),
+            bulk_on_its_workers=self._bulk_sharing(bucket),
+            max_inflight=self.config.max_inflight_batches_per_bucket,
+            live_workers=len(self.live.get(bucket, ())),
+            bulk_waited_s=self.clock() - self._bulk_moved[bucket] if waiting else None,
+        )
 
     def _drop_cancelled(
         self, bucket: int, pendings: list[Pending], out: list[ev.Action]
@@ -237,6 +280,7 @@ class DispatcherCore:
 
     def _dispatch(self, bucket: int, pendings: list[Pending]) -> ev.SendBatch:
         attempt = 1 + max(p.failures for p in pendings)
+        lane = pendings[0].lane
         batch = Batch(
             batch_id=uuid.uuid4().hex,
             bucket=bucket,
@@ -244,6 +288,7 @@ class DispatcherCore:
             attempt=attempt,
             dispatched_at=self.wall_clock(),
             items=[p.item for p in pendings],
+            lane=lane,
         )
         real = sum(p.tokens for p in pendings)
         padded = len(pendings) * max(p.tokens for p in pendings)
@@ -254,6 +299,7 @@ class DispatcherCore:
             lease_deadline=self.clock() + lease_s,
             lease_s=lease_s,
             pending={ref_key(p.item.ref): p for p in pendings},
+            lane=lane,
         )
         self.flights.send_out(batch.batch_id, flight)
         self.stats.batches += 1
@@ -262,7 +308,10 @@ class DispatcherCore:
         self.stats.padded_tokens += padded
         self.observer.batch(bucket, len(pendings), real, padded)
         return ev.SendBatch(
-            batch=batch, queue=self.topics.queue(bucket), real_tokens=real, padded_tokens=padded
+            batch=batch,
+            queue=self.topics.queue(bucket, lane),
+            real_tokens=real,
+            padded_tokens=padded,
         )
 
     def _not_sent(self, batch_id: str, out: list[ev.Action]) -> None:
@@ -271,7 +320,7 @@ class DispatcherCore:
         if flight is None:
             return
         self.flights.queue(flight.bucket, list(flight.pending.values()), front=True)
-        self._set_paused(flight.bucket, True, out)
+        self._set_paused(flight.bucket, flight.lane, True, out)
         self.recovery.state_failed("the batch queue refused a batch")
 
     def _completions(self, completions: Sequence[Completion]) -> None:
@@ -329,14 +378,14 @@ class DispatcherCore:
 
         self.flights.forget(partitions, drain)
 
-    def _set_paused(self, bucket: int, pause: bool, out: list[ev.Action]) -> None:
-        if pause == (bucket in self.paused):
+    def _set_paused(self, bucket: int, lane: Lane, pause: bool, out: list[ev.Action]) -> None:
+        if pause == ((bucket, lane) in self.paused):
             return
         if pause:
-            self.paused.add(bucket)
+            self.paused.add((bucket, lane))
         else:
-            self.paused.discard(bucket)
-        out.append(ev.SetPaused(self.topics.requests(bucket), pause))
+            self.paused.discard((bucket, lane))
+        out.append(ev.SetPaused(self.topics.requests(bucket, lane), pause))
 
     def _log_state(self) -> None:
         """Every STATE_LOG_INTERVAL_S while anything is unanswered: what it waits on."""

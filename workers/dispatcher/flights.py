@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from headrace.schemas.messages import BatchItem, RecordRef
+from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher.events import RequestKey
 from headrace.workers.offsets import OffsetTracker
@@ -26,6 +27,7 @@ class Pending:
     tokens: int
     failures: int = 0  # batches of this request that crashed or ran past their lease
     solo_failures: int = 0  # ... of those, the ones where it was alone in its batch
+    lane: Lane = "online"  # the lane of the topic its record came from
 
     @property
     def key(self) -> RequestKey:
@@ -45,6 +47,7 @@ class InFlight:
     pending: dict[RefKey, Pending]
     counted: bool = True  # holds a place under its bucket's in-flight limit
     runner: str | None = None  # the worker computing it, once one has started
+    lane: Lane = "online"
 
 
 @dataclass
@@ -71,9 +74,11 @@ class Flights:
         self.tracker = OffsetTracker()
         self._waiting: dict[RequestKey, list[RecordRef]] = {}  # unanswered, by request id
         self._owner_of: dict[RefKey, RequestKey] = {}  # unanswered, by record
-        self._ready: dict[int, deque[list[Pending]]] = {b: deque() for b in buckets}
+        self._ready: dict[tuple[int, Lane], deque[list[Pending]]] = {
+            (b, lane): deque() for b in buckets for lane in LANES
+        }
         self._in_flight: dict[str, InFlight] = {}
-        self._counted: Counter[int] = Counter()
+        self._counted: Counter[tuple[int, Lane]] = Counter()
 
     # --- requests -------------------------------------------------------------------------
     def hold(self, ref: RecordRef, key: RequestKey) -> bool:
@@ -107,17 +112,20 @@ class Flights:
 
     # --- batches ready to send ------------------------------------------------------------
     def queue(self, bucket: int, pendings: list[Pending], *, front: bool = False) -> None:
+        """A batch ready to send, in the lane its requests came by."""
+        ready = self._ready[bucket, pendings[0].lane]
         if front:
-            self._ready[bucket].appendleft(pendings)
+            ready.appendleft(pendings)
         else:
-            self._ready[bucket].append(pendings)
+            ready.append(pendings)
 
-    def next_ready(self, bucket: int) -> list[Pending] | None:
-        ready = self._ready[bucket]
+    def next_ready(self, bucket: int, lane: Lane = "online") -> list[Pending] | None:
+        ready = self._ready[bucket, lane]
         return ready.popleft() if ready else None
 
-    def ready_count(self, bucket: int) -> int:
-        return len(self._ready[bucket])
+    def ready_count(self, bucket: int, lane: Lane | None = None) -> int:
+        lanes = LANES if lane is None else (lane,)
+        return sum(len(self._ready[bucket, each]) for each in lanes)
 
     def total_ready(self) -> int:
         return sum(len(q) for q in self._ready.values())
@@ -125,7 +133,7 @@ class Flights:
     # --- batches out with a worker --------------------------------------------------------
     def send_out(self, batch_id: str, flight: InFlight) -> None:
         self._in_flight[batch_id] = flight
-        self._counted[flight.bucket] += 1
+        self._counted[flight.bucket, flight.lane] += 1
 
     def get(self, batch_id: str) -> InFlight | None:
         return self._in_flight.get(batch_id)
@@ -145,7 +153,7 @@ class Flights:
         """``flight`` no longer holds a place under its bucket's in-flight limit."""
         if flight.counted:
             flight.counted = False
-            self._counted[flight.bucket] -= 1
+            self._counted[flight.bucket, flight.lane] -= 1
 
     def in_flight(self) -> dict[str, InFlight]:
         """A copy: callers may take batches out while they go through it."""
@@ -154,12 +162,13 @@ class Flights:
     def in_flight_total(self) -> int:
         return len(self._in_flight)
 
-    def in_flight_count(self, bucket: int) -> int:
-        return self._counted[bucket]
+    def in_flight_count(self, bucket: int, lane: Lane | None = None) -> int:
+        lanes = LANES if lane is None else (lane,)
+        return sum(self._counted[bucket, each] for each in lanes)
 
     def counts(self) -> dict[int, int]:
-        """Batches in flight per bucket, every bucket."""
-        return {b: self._counted[b] for b in self.buckets}
+        """Batches in flight per bucket (both lanes), every bucket."""
+        return {b: self.in_flight_count(b) for b in self.buckets}
 
     # --- partitions -----------------------------------------------------------------------
     def forget(

@@ -24,8 +24,9 @@ PADDING_EFFICIENCY = Gauge(
 IN_FLIGHT = Gauge("headrace_dispatcher_inflight_batches", "Batches not yet completed", ["bucket"])
 LAG = Gauge(
     "headrace_dispatcher_lag_records",
-    "Records on a bucket's topic not yet read (unread) or not yet committed (uncommitted)",
-    ["bucket", "kind"],
+    "Records on a bucket's topic of a lane not yet read (unread) or not yet committed "
+    "(uncommitted)",
+    ["bucket", "lane", "kind"],
 )
 BATCH_ROWS = Histogram(
     "headrace_dispatcher_batch_rows",
@@ -36,8 +37,8 @@ BATCH_ROWS = Histogram(
 QUEUED_WORK = Gauge(
     "headrace_dispatcher_queued_work_seconds",
     "The autoscaling signal: a bucket's unanswered records times what one of its requests "
-    "recently cost a worker (seconds of work for one worker)",
-    ["bucket"],
+    "recently cost a worker (seconds of work for one worker), per lane",
+    ["bucket", "lane"],
 )
 REDISPATCHED = Counter(
     "headrace_dispatcher_redispatched_batches_total",

@@ -14,7 +14,7 @@ from cachetools import FIFOCache
 from headrace.health.tracing import TRACEPARENT, valid_traceparent
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import BatchItem, RecordRef, Request
-from headrace.schemas.topics import Topics
+from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
 from headrace.workers.batcher import DynamicBatcher
@@ -36,8 +36,9 @@ class RecordsIn:
         self,
         config: CoreConfig,
         bucket_of_topic: Mapping[str, int | None],
+        lane_of_topic: Mapping[str, Lane],
         flights: Flights,
-        batchers: Mapping[int, DynamicBatcher[Pending]],
+        batchers: Mapping[tuple[int, Lane], DynamicBatcher[Pending]],
         health: Mapping[int, BucketHealth],
         cancelled: FIFOCache[ev.RequestKey, None],
         refusals: Refusals,
@@ -48,6 +49,7 @@ class RecordsIn:
         self.config = config
         self.topics: Topics = config.topics
         self.bucket_of_topic = bucket_of_topic
+        self.lane_of_topic = lane_of_topic
         self.flights = flights
         self.batchers = batchers
         self.health = health
@@ -106,7 +108,7 @@ class RecordsIn:
             if isinstance(way, Onward):
                 self.stats.forwarded += 1
                 self.observer.record("forwarded")
-                topic = self.topics.requests(way.bucket)
+                topic = self.topics.requests(way.bucket, self.lane_of_topic[record.topic])
                 out.append(ev.Forward(ref, topic, record.key, record.value, record.headers))
                 return
             if isinstance(way, ErrorInfo):  # past the largest bucket
@@ -158,8 +160,9 @@ class RecordsIn:
             return
         self.observer.record("accepted")
         item = BatchItem(request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent)
-        pending = Pending(item, tokens)
-        for batch in self.batchers[bucket].add(pending, pending.tokens):
+        lane = self.lane_of_topic[ref.topic]
+        pending = Pending(item, tokens, lane=lane)
+        for batch in self.batchers[bucket, lane].add(pending, pending.tokens):
             self.flights.queue(bucket, batch)
 
     def _admission(

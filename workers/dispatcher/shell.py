@@ -22,6 +22,7 @@ from headrace.health.ready import announce_ready
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
 from headrace.schemas.messages import Batch
+from headrace.schemas.topics import LANES
 from headrace.transport import Partition, Transport, open_transport
 from headrace.workers.dispatcher.answers import Answerer
 from headrace.workers.dispatcher.config import CoreConfig
@@ -260,22 +261,30 @@ class Dispatcher:
         dispatcher's first commit of a partition: not yet read), and the queued work they
         make. Every bucket is set each time, so partitions that went to another dispatcher
         count there, not twice."""
-        lag = {(str(b), kind): 0 for b in self.core.config.buckets for kind in LAG_KINDS}
+        lag = {
+            (str(b), lane, kind): 0
+            for b in self.core.config.buckets
+            for lane in LANES
+            for kind in LAG_KINDS
+        }
         for partition in self.reader.assignment():
             bucket = self.core.bucket_of_topic.get(partition[0], "?")
             label = "ingress" if bucket is None else str(bucket)
+            lane = self.core.lane_of_topic.get(partition[0], "online")
             high, position = self.reader.highwater(partition), self.reader.position(partition)
             if high is None:
                 continue
             unread = max(0, high - position) if position is not None else 0
             committed = self.core.committed_offset(partition)
             uncommitted = max(0, high - committed) if committed is not None else unread
-            lag[label, "unread"] = lag.get((label, "unread"), 0) + unread
-            lag[label, "uncommitted"] = lag.get((label, "uncommitted"), 0) + uncommitted
-        for (label, kind), records in lag.items():
-            LAG.labels(label, kind).set(records)
+            lag[label, lane, "unread"] = lag.get((label, lane, "unread"), 0) + unread
+            key = (label, lane, "uncommitted")
+            lag[key] = lag.get(key, 0) + uncommitted
+        for (label, lane, kind), records in lag.items():
+            LAG.labels(label, lane, kind).set(records)
             if kind == "uncommitted" and label.isdigit():
-                QUEUED_WORK.labels(label).set(self.core.queued_work_s(int(label), records))
+                work = self.core.queued_work_s(int(label), records)
+                QUEUED_WORK.labels(label, lane).set(work)
 
     def log_state(self) -> None:
         """Every partition's position and client state, then what the core holds."""

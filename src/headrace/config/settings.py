@@ -119,6 +119,18 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(default=4096, ge=1)  # padded tokens: rows x longest row
     max_wait_ms: float = Field(default=20.0, ge=0)
     max_inflight_batches_per_bucket: int = Field(default=8, ge=1)
+    # Bulk jobs ride their own lane (topics <prefix>.requests.b<N>.bulk): online batches go
+    # first; bulk holds at most the bucket's live workers less bulk_reserved_workers (at least
+    # one) in flight, and a bulk batch whose oldest request waited bulk_starvation_s goes out
+    # even while online is busy, so bulk always moves.
+    bulk_reserved_workers: int = Field(default=1, ge=0)
+    # bulk batches' padded-token budget: smaller than online's, so a worker busy with bulk is
+    # back for online work sooner
+    bulk_max_batch_tokens: int = Field(default=1024, ge=1)
+    bulk_starvation_s: float = Field(default=5.0, gt=0)
+    # Workers compute bulk batches on a thread of this niceness: the operating system gives
+    # online work (batches, the dispatcher, the broker) the CPU first. 0 turns it off.
+    bulk_nice: int = Field(default=10, ge=0, le=19)
     lease_base_s: float = Field(default=30.0, gt=0)
     lease_s_per_1k_tokens: float = Field(default=2.0, ge=0)
     commit_interval_ms: float = Field(default=100.0, ge=0)

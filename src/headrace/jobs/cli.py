@@ -139,6 +139,9 @@ def run(
     metrics_port: Annotated[
         int | None, typer.Option(help="serve /metrics, /healthz, /readyz on this port")
     ] = None,
+    lane: Annotated[str, typer.Option(hidden=True, help="online: only to compare (bench)")] = (
+        "bulk"
+    ),
 ) -> None:
     """Carry out a job in this process (what `create` and `resume` start in the background)."""
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -149,7 +152,9 @@ def run(
         serve_health(port)
     except OSError as exc:  # several runners on one host: the port is another's
         logging.getLogger(__name__).warning("no /metrics on port %s: %s", port, exc)
-    options = RunOptions(truncate=truncate, window=window)
+    options = RunOptions(
+        truncate=truncate, window=window, lane="online" if lane == "online" else "bulk"
+    )
     JobRunner(_store(settings, "kafka"), job_id, settings, options).run()
 
 

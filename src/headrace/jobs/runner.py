@@ -47,7 +47,7 @@ from headrace.jobs.submitter import Submitter, input_format, request_id
 from headrace.jobs.webhooks import notify
 from headrace.producers.client import Client
 from headrace.schemas.messages import final_reply
-from headrace.schemas.topics import Topics
+from headrace.schemas.topics import Lane, Topics
 from headrace.transport import open_transport
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class RunOptions:
     checkpoint_s: float = 1.0
     cancel_wait_s: float = 30.0
     truncate: bool = False  # cut over-long inputs instead of failing their lines
+    lane: Lane = "bulk"  # jobs wait for online traffic; "online" only to compare (bench)
 
 
 def reply_topic(settings_prefix: str, job_id: str) -> str:
@@ -158,6 +159,7 @@ class JobRunner:
             reply_topic=self.topic,
             listen=False,
             transport=transport,
+            lane=self.options.lane,
         )
         stop = threading.Event()
         submission = Submitter(job, client, state, errors, self.settings, self.options, stop)

@@ -330,12 +330,12 @@ def init() -> None:
     the unbucketed ingress, control, invalidate, dead letter) and bring the job store's
     schema up to date. Safe to run again."""
     from headrace.jobs.store import JobStore
-    from headrace.schemas.topics import Topics
+    from headrace.schemas.topics import LANES, Topics
     from headrace.transport import open_transport
 
     settings = _needs("kafka", "sql")
     topics = Topics(settings.topic_prefix)
-    buckets = [topics.requests(b) for b in settings.buckets]
+    buckets = [topics.requests(b, lane) for b in settings.buckets for lane in LANES]
     transport = open_transport(settings)
     try:
         transport.ensure_topics([*buckets, topics.ingress, topics.dead_letter])

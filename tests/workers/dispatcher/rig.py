@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from headrace.schemas.messages import Completion, EmbedParams, RecordRef, Request
-from headrace.schemas.topics import Topics
+from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
@@ -56,6 +56,7 @@ class Rig:
         bucket: int | None = 16,
         tokens: int = 8,
         hint: int | None = None,
+        lane: Lane = "online",
         **fields: Any,
     ) -> Record:
         """A request of ``tokens`` tokens (as ``count_words`` counts) on the topic of
@@ -71,14 +72,14 @@ class Rig:
             created_at=datetime.fromtimestamp(self.wall, UTC),
             **fields,
         )
-        return self.raw(request.model_dump_json().encode(), bucket)
+        return self.raw(request.model_dump_json().encode(), bucket, lane)
 
     def expired(self, request_id: str) -> Record:
         deadline = datetime.fromtimestamp(self.wall, UTC) - timedelta(seconds=1)
         return self.request(request_id, deadline=deadline)
 
-    def raw(self, value: bytes, bucket: int | None = 16) -> Record:
-        topic = TOPICS.ingress if bucket is None else TOPICS.requests(bucket)
+    def raw(self, value: bytes, bucket: int | None = 16, lane: Lane = "online") -> Record:
+        topic = TOPICS.ingress if bucket is None else TOPICS.requests(bucket, lane)
         offset = self.next_offset.get(topic, 0)
         self.next_offset[topic] = offset + 1
         return Record(topic, 0, offset, None, value)

@@ -210,7 +210,7 @@ def test_the_unbucketed_topic_is_read_and_forwarded(rig: Rig) -> None:
 def test_each_bucket_exports_its_lag_unread_and_uncommitted(rig: Rig) -> None:
     def lag(kind: str) -> float | None:
         return REGISTRY.get_sample_value(
-            "headrace_dispatcher_lag_records", {"bucket": "16", "kind": kind}
+            "headrace_dispatcher_lag_records", {"bucket": "16", "lane": "online", "kind": kind}
         )
 
     first = rig.submit("r1")

@@ -1,0 +1,143 @@
+"""Online before bulk, measured: a lone online request every 50 ms, its latency p50/p99 with
+no bulk job, while a 100k-line bulk job runs on the bulk lane, and (to compare) while the
+same job runs on the online lane, as every job did before lanes. Every figure in one run,
+on the local pipeline (one worker per core).
+
+    python -m bench.lanes [--lines 100000] [--online 200]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from subprocess import STDOUT, Popen
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bench.pipeline import pct
+from headrace.config.settings import Settings
+from headrace.jobs.launch import new_job
+from headrace.jobs.lifecycle import JobStatus
+from headrace.jobs.store import JobStore
+from headrace.ops.localstack import LocalStack
+from headrace.ops.processes import local_pipeline
+from headrace.ops.sample_texts import long_tail_texts
+from headrace.producers.client import Client
+from headrace.schemas.messages import Reply
+from headrace.schemas.topics import Lane
+
+console = Console(width=120)
+SPACING_S = 0.05
+
+
+def online_latencies(client: Client, count: int) -> list[float]:
+    """A lone request every 50 ms (not waiting for the one before); each one's latency, ms."""
+    texts = long_tail_texts(count, seed=21)
+    began: list[float] = []
+    ended: dict[int, float] = {}
+    futures: list[Future[Reply]] = []
+    next_at = time.perf_counter()
+    for i, text in enumerate(texts):
+        began.append(time.perf_counter())
+        future = client.submit(text[:200]).future
+        future.add_done_callback(_stamp(ended, i))
+        futures.append(future)
+        next_at += SPACING_S
+        time.sleep(max(0.0, next_at - time.perf_counter()))
+    legs: dict[str, list[float]] = {"queued": [], "batch_wait": [], "compute": []}
+    for future in futures:
+        reply = future.result(120)
+        assert reply.result is not None and reply.timings is not None
+        legs["queued"].append(reply.timings.queued_ms)
+        legs["batch_wait"].append(reply.timings.batch_wait_ms)
+        legs["compute"].append(reply.timings.compute_ms)
+    console.print(
+        "  legs p50/p99 ms: "
+        + ", ".join(f"{k} {pct(v, 0.5):.0f}/{pct(v, 0.99):.0f}" for k, v in legs.items())
+    )
+    return [(ended[i] - began[i]) * 1000 for i in range(len(texts))]
+
+
+def _stamp(ended: dict[int, float], i: int) -> Callable[[Future[Reply]], None]:
+    def done(_: Future[Reply]) -> None:
+        ended[i] = time.perf_counter()
+
+    return done
+
+
+def run_job(
+    store: JobStore, settings: Settings, path: Path, lane: Lane
+) -> tuple[str, Popen[bytes]]:
+    """A job in a runner process of its own, as `headrace batch create` starts one."""
+    job = new_job(store, settings, str(path), input_format="plain", tenant="bulk")
+    log = open(settings.state_dir / f"runner-{job.id}.log", "wb")  # noqa: SIM115 - the runner's
+    argv = [sys.executable, "-m", "headrace.ops.cli", "batch", "run", job.id, "--lane", lane]
+    return job.id, Popen(argv, stdout=log, stderr=STDOUT)
+
+
+def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
+    settings = Settings()
+    stack = LocalStack(settings)
+    started = not stack.is_up()
+    if started:
+        stack.up()
+    prefix = f"bench-lanes-{uuid.uuid4().hex[:6]}"
+    env = {"HEADRACE_TOPIC_PREFIX": prefix}
+    os.environ.update(env)
+    settings = Settings()
+    work = settings.state_dir / "bench-lanes"
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "bulk.txt"
+    source.write_text("\n".join(t.replace("\n", " ") for t in long_tail_texts(lines, seed=seed)))
+    os.environ["HEADRACE_SQL_URL"] = f"sqlite:///{work}/jobs-{prefix}.db"
+    store = JobStore(os.environ["HEADRACE_SQL_URL"])
+    rows: list[tuple[str, list[float], float | None]] = []
+    try:
+        with (
+            local_pipeline(env, settings.device, settings.torch_threads),
+            Client(settings, tenant="online") as client,
+        ):
+            client.embed(["warm the connections"])
+            rows.append(("no bulk job", online_latencies(client, online), None))
+            for lane in ("bulk", "online"):
+                job_id, runner = run_job(store, settings, source, lane)
+                while store.get(job_id).completed < 500:  # flowing
+                    time.sleep(0.2)
+                before = store.get(job_id).completed
+                began = time.perf_counter()
+                latencies = online_latencies(client, online)
+                rate = (store.get(job_id).completed - before) / (time.perf_counter() - began)
+                store.move(job_id, JobStatus.cancelling)
+                runner.wait(120)
+                label = f"100k-line job on the {lane} lane" + (
+                    " (no lanes)" if lane == "online" else ""
+                )
+                rows.append((label, latencies, rate))
+    finally:
+        if started:
+            stack.down()
+    base = pct(rows[0][1], 0.99)
+    table = Table("while", "online p50 ms", "online p99 ms", "p99 vs no bulk", "bulk lines/s")
+    for label, latencies, lines_per_s in rows:
+        p99 = pct(latencies, 0.99)
+        table.add_row(
+            label,
+            f"{statistics.median(latencies):.1f}",
+            f"{p99:.1f}",
+            f"{p99 / base:.2f}",
+            "-" if lines_per_s is None else f"{lines_per_s:,.0f}",
+        )
+    console.print(f"{online} lone online requests every {SPACING_S * 1000:.0f} ms per row")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    typer.run(main)
