@@ -48,6 +48,7 @@ from headrace.health.tracing import headers_of, submitting
 from headrace.models.registry import model_spec
 from headrace.models.tokenizer import count_tokens
 from headrace.producers.generation import GenerationMixin
+from headrace.producers.resend import Resender, Unanswered
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
@@ -76,15 +77,6 @@ log = logging.getLogger(__name__)
 
 # Envelope bytes a request's JSON adds to its text (ids, topic, times), generously rounded up.
 ENVELOPE_BYTES = 2048
-RESEND_CHECK_S = 0.5
-
-
-@dataclass
-class _Unanswered:
-    request: Request
-    sent_at: float
-    resends: int = 0
-    traceparent: str | None = None  # a resend stays in the request's trace
 
 
 @dataclass(frozen=True)
@@ -129,14 +121,12 @@ class Client(GenerationMixin):
         self._producer = self.transport.writer(self.settings.reply_delivery_timeout_s)
         self._listener = ReplyListener(self.transport, self.reply_topic).start() if listen else None
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
-        self._unanswered: dict[tuple[str, str], _Unanswered] = {}
-        self._unanswered_lock = threading.Lock()
-        self.resent = 0
-        self._closing = threading.Event()
-        self._resender: threading.Thread | None = None
-        if listen and self.settings.resend_after_s() is not None:
-            self._resender = threading.Thread(target=self._resend_loop, daemon=True)
-            self._resender.start()
+        after_s = self.settings.resend_after_s()
+        self._resender = (
+            Resender(after_s, self.settings.client_max_resends, self._resend, self.flush)
+            if listen and after_s is not None
+            else None
+        )
         self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
         # cache hits count in the tenant's usage (a hit costs no device time)
         self._usage = (
@@ -258,13 +248,21 @@ class Client(GenerationMixin):
         self._take_slot()
         key = (request.tenant, request.request_id)
         future = self._listener.expect(*key)
-        unanswered = _Unanswered(request, time.monotonic())
-        with self._unanswered_lock:
-            self._unanswered[key] = unanswered
-        future.add_done_callback(lambda _: self._answered(key))
         topic = self.topics.requests(bucket, self.lane)
-        unanswered.traceparent = self._produce(topic, request)
+        entry = Unanswered(request, topic, time.monotonic())
+        if self._resender is not None:  # before the reply can come
+            self._resender.sent(key, entry)
+        future.add_done_callback(lambda _: self._answered(key))
+        entry.traceparent = self._produce(topic, request)
         return Submission(request=request, bucket=bucket, future=future)
+
+    @property
+    def resent(self) -> int:
+        """Requests produced again (against tansu: see ``producers.resend``)."""
+        return self._resender.resent if self._resender is not None else 0
+
+    def _resend(self, u: Unanswered) -> None:
+        self._produce(u.topic, u.request, u.traceparent)
 
     def send_nowait(self, request: Request, bucket: int) -> None:
         """Produce a prepared request whose reply the caller reads from its reply topic
@@ -273,8 +271,8 @@ class Client(GenerationMixin):
 
     def _answered(self, key: tuple[str, str]) -> None:
         self._slots.release()
-        with self._unanswered_lock:
-            self._unanswered.pop(key, None)
+        if self._resender is not None:
+            self._resender.answered(key)
 
     def _produce(self, topic: str, request: Request, traceparent: str | None = None) -> str | None:
         """Produce ``request`` with its trace context as a ``traceparent`` header: a new
@@ -299,33 +297,6 @@ class Client(GenerationMixin):
         """Block until everything sent is acknowledged by the broker (DeliveryError if not)."""
         with self._produce_lock:
             self._producer.flush()
-
-    def _resend_loop(self) -> None:
-        after = self.settings.resend_after_s()
-        assert after is not None
-        while not self._closing.wait(RESEND_CHECK_S):
-            now = time.monotonic()
-            with self._unanswered_lock:
-                due = [
-                    u
-                    for u in self._unanswered.values()
-                    if now - u.sent_at >= after and u.resends < self.settings.client_max_resends
-                ]
-                for u in due:
-                    u.sent_at, u.resends = now, u.resends + 1
-            if not due:
-                continue
-            try:
-                for u in due:
-                    tokens = u.request.token_count or 0
-                    bucket = bucket_for(tokens, self.settings.buckets)
-                    topic = self.topics.requests(bucket, self.lane)
-                    self._produce(topic, u.request, u.traceparent)
-                self.flush()
-                self.resent += len(due)
-                log.warning("%d requests unanswered after %.0fs: sent again", len(due), after)
-            except Exception:  # the broker is away: the next pass tries again
-                log.warning("resending %d requests failed", len(due), exc_info=True)
 
     def submit_many(self, texts: Sequence[str], **options: object) -> list[Submission]:
         prepared = self.prepare(texts, **options)  # type: ignore[arg-type]
@@ -391,9 +362,8 @@ class Client(GenerationMixin):
         return self._listener.pending() if self._listener is not None else 0
 
     def close(self) -> None:
-        self._closing.set()
         if self._resender is not None:
-            self._resender.join(timeout=5)
+            self._resender.close()
         self._producer.close()
         if self._listener is not None:
             self._listener.close()
