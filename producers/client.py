@@ -249,7 +249,7 @@ class Client(GenerationMixin):
         key = (request.tenant, request.request_id)
         future = self._listener.expect(*key)
         topic = self.topics.requests(bucket, self.lane)
-        entry = Unanswered(request, topic, time.monotonic())
+        entry = Unanswered(request, time.monotonic())
         if self._resender is not None:  # before the reply can come
             self._resender.sent(key, entry)
         future.add_done_callback(lambda _: self._answered(key))
@@ -262,7 +262,9 @@ class Client(GenerationMixin):
         return self._resender.resent if self._resender is not None else 0
 
     def _resend(self, u: Unanswered) -> None:
-        self._produce(u.topic, u.request, u.traceparent)
+        """To the bucket its token count names (where the dispatcher reads it), its lane."""
+        bucket = bucket_for(u.request.token_count or 0, self.settings.buckets)
+        self._produce(self.topics.requests(bucket, self.lane), u.request, u.traceparent)
 
     def send_nowait(self, request: Request, bucket: int) -> None:
         """Produce a prepared request whose reply the caller reads from its reply topic

@@ -22,7 +22,6 @@ Key = tuple[str, str]  # (tenant, request_id)
 @dataclass
 class Unanswered:
     request: Request
-    topic: str
     sent_at: float
     resends: int = 0
     traceparent: str | None = None

@@ -14,6 +14,7 @@ import pytest
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
+from headrace.schemas.topics import LANES
 from tests.conftest import unique_prefix
 from tests.faults.harness import run_with_fault
 
@@ -59,7 +60,8 @@ def test_one_of_two_dispatchers_killed_the_other_takes_its_partitions(stack: Loc
     """Two dispatchers share partitioned bucket topics in one consumer group and three
     workers compute; one dispatcher is killed with kill -9 mid-run and not restarted: the
     group hands its partitions to the other, which answers everything, once."""
-    every = (len(Settings().buckets) + 1) * PARTITIONS  # the bucket topics and the ingress
+    # the bucket topics of both lanes and the ingress
+    every = (len(Settings().buckets) * len(LANES) + 1) * PARTITIONS
     seen: dict[str, Any] = {}
 
     def kill_one(pipeline: Pipeline) -> None:
