@@ -15,7 +15,10 @@ reaches a request topic; a miss asks the worker to write its result through, wit
 request's ``tags`` and ``cache_class``.
 
 At most ``client_max_pending`` requests await replies at once; past that ``send`` blocks up to
-``client_block_timeout_s`` or raises ``BackpressureError`` at once (``client_on_full``).
+``client_block_timeout_s`` or raises ``BackpressureError`` at once (``client_on_full``). An
+online request to a bucket past its backlog bound, or of a tenant over its limits, raises a
+``LimitedError`` (``OverloadedError``, ``RateLimitedError``, ``QuotaExceededError``, with
+``retry_after_s``) before it is produced (``headrace.limits.gate``).
 
 Against tansu (``broker_flavor``), a request still unanswered after
 ``client_resend_after_s`` is produced again, with the same request_id, to the topic of its
@@ -42,9 +45,10 @@ from typing import Any, Literal
 from headrace.cache.requests import request_key, request_scopes
 from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
-from headrace.connections import REDIS_ERRORS
+from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.consumers.replies import ReplyListener
 from headrace.health.tracing import headers_of, submitting
+from headrace.limits.gate import Gate
 from headrace.models.registry import model_spec
 from headrace.models.tokenizer import count_tokens
 from headrace.producers.generation import GenerationMixin
@@ -127,6 +131,9 @@ class Client(GenerationMixin):
             if listen and after_s is not None
             else None
         )
+        # online requests to a bucket past its backlog bound, or of a tenant over its limits,
+        # are refused before they are produced (LimitedError)
+        self._gate = Gate(redis_client(self.settings, timeout_s=0.5), self.settings)
         self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
         # cache hits count in the tenant's usage (a hit costs no device time)
         self._usage = (
@@ -245,6 +252,7 @@ class Client(GenerationMixin):
             request = request.model_copy(update={"cache": directive})
         if self._listener is None:
             raise RuntimeError("this client does not listen for replies: use send_nowait")
+        self._gate.check(request.tenant, bucket, request.token_count or 0, self.lane)
         self._take_slot()
         key = (request.tenant, request.request_id)
         future = self._listener.expect(*key)
@@ -367,6 +375,7 @@ class Client(GenerationMixin):
         if self._resender is not None:
             self._resender.close()
         self._producer.close()
+        self._gate.close()
         if self._listener is not None:
             self._listener.close()
         if self.cache is not None:

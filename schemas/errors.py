@@ -17,6 +17,9 @@ class ErrorCode(StrEnum):
     request_too_large = "request_too_large"
     cancelled = "cancelled"
     unavailable = "unavailable"  # the bucket has no live worker or is failing: try later
+    overloaded = "overloaded"  # the bucket's backlog is past its bound: try later
+    rate_limited = "rate_limited"  # the tenant sends more requests per second than allowed
+    quota_exceeded = "quota_exceeded"  # the tenant used its tokens of the quota window
     redelivery_exhausted = "redelivery_exhausted"  # its batch crashed or timed out N times
     model_error = "model_error"
     internal = "internal"
@@ -27,6 +30,8 @@ class ErrorInfo(BaseModel):
 
     code: ErrorCode
     message: str
+    # when trying again may succeed (overloaded, rate_limited, quota_exceeded)
+    retry_after_s: float | None = None
 
 
 def input_too_long(tokens: int, limit: int) -> ErrorInfo:
@@ -48,7 +53,11 @@ class HeadraceError(Exception):
     │   └── UnknownModelError
     ├── RequestFailedError       the pipeline answered with a typed error (``.code``)
     ├── ReplyTimeoutError        no reply within the caller's timeout
-    └── BackpressureError        the client's bound on unanswered requests is reached
+    ├── BackpressureError        the client's bound on unanswered requests is reached
+    └── LimitedError             refused before sending: try again after ``.retry_after_s``
+        ├── OverloadedError      the bucket's backlog is past its bound
+        ├── RateLimitedError     the tenant's requests per second
+        └── QuotaExceededError   the tenant's tokens per quota window
     """
 
     code: ErrorCode = ErrorCode.internal
@@ -90,3 +99,24 @@ class BackpressureError(HeadraceError):
     """Too many requests await replies; raised at once or after the configured block timeout."""
 
     code = ErrorCode.unavailable
+
+
+class LimitedError(HeadraceError):
+    """A bound or a tenant's limit refused the request before it was sent (the dispatcher
+    answers the same refusal with an error reply of the same code)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class OverloadedError(LimitedError):
+    code = ErrorCode.overloaded
+
+
+class RateLimitedError(LimitedError):
+    code = ErrorCode.rate_limited
+
+
+class QuotaExceededError(LimitedError):
+    code = ErrorCode.quota_exceeded

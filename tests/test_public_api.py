@@ -21,6 +21,10 @@ def test_exported_names() -> None:
             "HeadraceError",
             "InputTooLongError",
             "InvalidRequestError",
+            "LimitedError",
+            "OverloadedError",
+            "QuotaExceededError",
+            "RateLimitedError",
             "Reply",
             "ReplyTimeoutError",
             "Request",
@@ -47,6 +51,9 @@ def test_every_error_is_a_headrace_error_with_a_code() -> None:
         "ReplyTimeoutError",
         "RequestTooLargeError",
         "BackpressureError",
+        "OverloadedError",
+        "RateLimitedError",
+        "QuotaExceededError",
     ):
         error = getattr(headrace, name)
         assert issubclass(error, HeadraceError)

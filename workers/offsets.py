@@ -46,6 +46,10 @@ class OffsetTracker:
     def pending_count(self) -> int:
         return sum(len(s.pending) for s in self._parts.values())
 
+    def pending_in(self, partition: Partition) -> int:
+        state = self._parts.get(partition)
+        return len(state.pending) if state is not None else 0
+
     def committable(self) -> dict[Partition, int]:
         """Offsets (next record to read) that advanced past the last commit."""
         out: dict[Partition, int] = {}

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from headrace.config.settings import Settings
+from headrace.limits.policy import TenantLimits
 from headrace.schemas.topics import Lane, Topics
 from headrace.workers.dispatcher.lanes import LanePolicy
+from headrace.workers.dispatcher.quotas import LimitsPolicy
 from headrace.workers.health import HealthPolicy
 
 
@@ -39,6 +41,7 @@ class CoreConfig:
     contiguous_offsets: bool = True
     scaling_prior_tokens_per_s: float = 5000.0
     lanes: LanePolicy = field(default_factory=LanePolicy)
+    limits: LimitsPolicy = field(default_factory=LimitsPolicy)
 
     def batch_tokens(self, lane: Lane) -> int:
         """A lane's padded-token budget: bulk batches are smaller, so a worker busy with one
@@ -77,5 +80,16 @@ class CoreConfig:
             lanes=LanePolicy(
                 reserved_workers=settings.bulk_reserved_workers,
                 starvation_s=settings.bulk_starvation_s,
+            ),
+            limits=LimitsPolicy(
+                defaults=TenantLimits(
+                    settings.tenant_requests_per_s, settings.tenant_tokens_per_window
+                ),
+                window_s=settings.quota_window_s,
+                bounds={
+                    b: bound
+                    for b in settings.buckets
+                    if (bound := settings.backlog_bound(b)) is not None
+                },
             ),
         )

@@ -37,6 +37,7 @@ from headrace.workers.dispatcher.flights import (
 )
 from headrace.workers.dispatcher.lanes import BucketLanes, next_lane
 from headrace.workers.dispatcher.observer import Observer
+from headrace.workers.dispatcher.quotas import Quotas
 from headrace.workers.dispatcher.records import RecordsIn
 from headrace.workers.dispatcher.recovery import Exhausted, Recovery
 from headrace.workers.dispatcher.refusals import Refusals
@@ -94,6 +95,7 @@ class DispatcherCore:
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
         self.refusals = Refusals()
+        self.quotas = Quotas(config.limits, self.drain_s, clock)
         self.records_in = RecordsIn(
             config,
             self.bucket_of_topic,
@@ -106,6 +108,7 @@ class DispatcherCore:
             self.stats,
             self.observer,
             count_tokens,
+            self.quotas,
         )
         self._last_commit = clock()
         self._state_logged = clock()
@@ -143,6 +146,12 @@ class DispatcherCore:
             case ev.PartitionsLost():  # a new reader: everything the old one held is gone
                 self._forget(self.flights.tracker.partitions())
                 self.paused.clear()
+            case ev.LimitsSynced():
+                self.quotas.synced_with(event.usage, event.overrides)
+            case ev.LimitsNotSynced():
+                self.quotas.not_synced(event.deltas)
+            case ev.BacklogSeen():
+                self.quotas.backlog_seen(event.backlog)
             case ev.Tick():
                 self._tick(out)
         self.observer.in_flight(self.flights.counts())
@@ -192,8 +201,16 @@ class DispatcherCore:
         ``bucket`` at what its requests cost recently (``workload``)."""
         return self.workload.queued_seconds(bucket, backlog)
 
+    def drain_s(self, bucket: int) -> float:
+        """Seconds the bucket's live workers need per request (the backlog's drain rate)."""
+        return self.queued_work_s(bucket, 1) / max(1, len(self.live.get(bucket, ())))
+
     def committed_offset(self, partition: Partition) -> int | None:
         return self.flights.tracker.committed(partition)
+
+    def unanswered(self, partition: Partition) -> int:
+        """Records of ``partition`` read and not yet answered."""
+        return self.flights.tracker.pending_in(partition)
 
     def expected_offset(self, partition: Partition) -> int | None:
         return self.flights.tracker.expected(partition)
@@ -211,6 +228,8 @@ class DispatcherCore:
     def _tick(self, out: list[ev.Action]) -> None:
         self._exhaust(self.recovery.check_leases(self.live), out)
         self._flush_due(out)
+        if self.quotas.due():
+            out.append(ev.SyncLimits(*self.quotas.take_unsynced()))
         self._log_state()
         if (self.clock() - self._last_commit) * 1000 >= self.config.commit_interval_ms:
             out.append(self._commit(sync=False))
@@ -341,6 +360,8 @@ class DispatcherCore:
             )
             for ref in completion.done:
                 flight.pending.pop(ref_key(ref), None)
+            if flight.lane == "online":
+                self.quotas.answered(flight.bucket, len(completion.done))
             self.flights.uncount(flight)
             if not flight.pending:
                 self.flights.take(completion.batch_id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from headrace.limits.policy import TenantLimits, TenantUsage
 from headrace.schemas.errors import ErrorInfo
 from headrace.schemas.messages import Batch, Completion, DeadLetter, RecordRef
 from headrace.transport.base import Headers, Partition, Record
@@ -109,6 +110,29 @@ class PartitionsLost:
 
 
 @dataclass(frozen=True)
+class LimitsSynced:
+    """What a ``SyncLimits`` read back: tenants' counts over every dispatcher, and every
+    tenant's override of the default limits."""
+
+    usage: Mapping[str, TenantUsage]
+    overrides: Mapping[str, TenantLimits]
+
+
+@dataclass(frozen=True)
+class LimitsNotSynced:
+    """Redis refused a ``SyncLimits``: its counts are to be added next time."""
+
+    deltas: Mapping[str, TenantUsage]
+
+
+@dataclass(frozen=True)
+class BacklogSeen:
+    """Each bucket's online records not yet answered, over every live dispatcher."""
+
+    backlog: Mapping[int, int]
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed (the core reads its own clock): batches due, leases, commits."""
 
@@ -126,6 +150,9 @@ Event = (
     | Settled
     | PartitionsRevoked
     | PartitionsLost
+    | LimitsSynced
+    | LimitsNotSynced
+    | BacklogSeen
     | Tick
 )
 
@@ -196,4 +223,13 @@ class Settle:
     dead_batch: str | None = None
 
 
-Action = SendBatch | Answer | Forward | Commit | Seek | SetPaused | Settle
+@dataclass(frozen=True)
+class SyncLimits:
+    """Add ``deltas`` (what this dispatcher admitted since the last sync) to the shared
+    counts and read back those of ``tenants``; answered with ``LimitsSynced``."""
+
+    deltas: Mapping[str, TenantUsage]
+    tenants: Sequence[str]
+
+
+Action = SendBatch | Answer | Forward | Commit | Seek | SetPaused | Settle | SyncLimits

@@ -1,7 +1,8 @@
 """Records in, for the dispatcher's core (no IO): a gap is read again; each record is
 parsed, counted with the model's tokenizer, routed (here, onward to its proper bucket, or
-too long), checked (model, deadline, cancellation, the bucket's health) and put in its
-bucket's batcher, or answered, dead-lettered or forwarded."""
+too long), checked (model, deadline, cancellation, the bucket's health, its backlog bound,
+the tenant's limits) and put in its bucket's batcher, or answered, dead-lettered or
+forwarded."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
 from headrace.workers.dispatcher.observer import Observer
+from headrace.workers.dispatcher.quotas import Quotas
 from headrace.workers.dispatcher.refusals import Refusals
 from headrace.workers.dispatcher.routing import Onward, TokenCounter, route
 from headrace.workers.health import BucketHealth, Health
@@ -45,8 +47,10 @@ class RecordsIn:
         stats: DispatcherStats,
         observer: Observer,
         count_tokens: TokenCounter,
+        quotas: Quotas,
     ) -> None:
         self.config = config
+        self.quotas = quotas
         self.topics: Topics = config.topics
         self.bucket_of_topic = bucket_of_topic
         self.lane_of_topic = lane_of_topic
@@ -116,6 +120,9 @@ class RecordsIn:
                 return
             tokens = way.tokens
         problem = self._admission(request, here, wall_time)
+        if problem is None and here is not None:
+            lane = self.lane_of_topic[record.topic]
+            problem = self.quotas.refusal(request.tenant, here, tokens, lane, wall_time)
         if problem is not None and not self.flights.is_waiting(request.key):
             self._refuse(request, ref, here, wall_time, problem, tokens, out)
             return
@@ -161,6 +168,7 @@ class RecordsIn:
         self.observer.record("accepted")
         item = BatchItem(request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent)
         lane = self.lane_of_topic[ref.topic]
+        self.quotas.admitted(request.tenant, tokens, lane, wall_time)
         pending = Pending(item, tokens, lane=lane)
         for batch in self.batchers[bucket, lane].add(pending, pending.tokens):
             self.flights.queue(bucket, batch)

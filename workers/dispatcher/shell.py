@@ -14,15 +14,16 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.health.ready import announce_ready
+from headrace.limits.store import BucketBacklog, LimitsStore
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
 from headrace.schemas.messages import Batch
-from headrace.schemas.topics import LANES
+from headrace.schemas.topics import LANES, Lane
 from headrace.transport import Partition, Transport, open_transport
 from headrace.workers.dispatcher.answers import Answerer
 from headrace.workers.dispatcher.config import CoreConfig
@@ -33,12 +34,15 @@ from headrace.workers.dispatcher.events import (
     Answer,
     AnswerDeferred,
     AnswersDelivered,
+    BacklogSeen,
     BatchNotSent,
     Cancelled,
     Commit,
     CompletionsRead,
     Event,
     Forward,
+    LimitsNotSynced,
+    LimitsSynced,
     PartitionsLost,
     PartitionsRevoked,
     RecordsRead,
@@ -48,6 +52,7 @@ from headrace.workers.dispatcher.events import (
     Settle,
     StateLost,
     StateUnavailable,
+    SyncLimits,
     Tick,
     WorkersSeen,
 )
@@ -105,6 +110,7 @@ class Dispatcher:
         self.transport.ensure_topics([*topics, self.core.topics.dead_letter])
         self.ledger = self._ledger or Ledger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
         self.send_batch = self._send_batch or batch_sender(s)
+        self.limits = LimitsStore(redis_client(s), s.topic_prefix, s.quota_window_s)
         # short: a flush that fails is tried again on the next pass, and the poll loop must
         # keep its group membership meanwhile
         self.answers = Answerer(
@@ -139,6 +145,9 @@ class Dispatcher:
         try:
             self._carry_out([self.core.final_commit()])
             self.control.close()
+            self._guarded(
+                lambda: self.limits.withdraw_backlog(self.dispatcher_id, self.core.config.buckets)
+            )
         finally:
             self.settler.close()
             self.reader.close()
@@ -200,9 +209,19 @@ class Dispatcher:
                     self._set_paused(action.topic, action.paused)
                 case Settle():
                     self.settler.submit(action)
+                case SyncLimits():
+                    follow.append(self._sync_limits(action))
         # first in line again in their order: the last one goes to the front first
         follow += [BatchNotSent(batch_id) for batch_id in reversed(unsent)]
         return follow
+
+    def _sync_limits(self, action: SyncLimits) -> Event:
+        try:
+            usage = self.limits.sync(action.deltas, action.tenants, time.time())
+            return LimitsSynced(usage, self.limits.overrides())
+        except REDIS_ERRORS as exc:
+            log.debug("tenant limits not synced: %s", exc)
+            return LimitsNotSynced(action.deltas)
 
     def _set_paused(self, topic: str, paused: bool) -> None:
         partitions = [p for p in self.reader.assignment() if p[0] == topic]
@@ -267,6 +286,7 @@ class Dispatcher:
             for lane in LANES
             for kind in LAG_KINDS
         }
+        backlog: dict[tuple[str, Lane], int] = {}  # unread + read and not answered
         for partition in self.reader.assignment():
             bucket = self.core.bucket_of_topic.get(partition[0], "?")
             label = "ingress" if bucket is None else str(bucket)
@@ -278,6 +298,8 @@ class Dispatcher:
             committed = self.core.committed_offset(partition)
             uncommitted = max(0, high - committed) if committed is not None else unread
             lag[label, lane, "unread"] = lag.get((label, lane, "unread"), 0) + unread
+            waiting = unread + self.core.unanswered(partition)
+            backlog[label, lane] = backlog.get((label, lane), 0) + waiting
             key = (label, lane, "uncommitted")
             lag[key] = lag.get(key, 0) + uncommitted
         for (label, lane, kind), records in lag.items():
@@ -285,6 +307,18 @@ class Dispatcher:
             if kind == "uncommitted" and label.isdigit():
                 work = self.core.queued_work_s(int(label), records)
                 QUEUED_WORK.labels(label, lane).set(work)
+        self._publish_backlog(backlog)
+
+    def _publish_backlog(self, backlog: Mapping[tuple[str, Lane], int]) -> None:
+        """This dispatcher's share of each bucket's online backlog (records not read, and
+        read but not answered), for the producers' check and the other dispatchers; the
+        core learns the backlog over all of them."""
+        shares = {
+            b: BucketBacklog(backlog.get((str(b), "online"), 0), self.core.drain_s(b))
+            for b in self.core.config.buckets
+        }
+        totals = self.limits.publish_backlog(self.dispatcher_id, shares, time.time())
+        self.handle(BacklogSeen({b: t.backlog for b, t in totals.items()}))
 
     def log_state(self) -> None:
         """Every partition's position and client state, then what the core holds."""

@@ -169,6 +169,21 @@ class Settings(BaseSettings):
     breaker_min_requests: int = Field(default=20, ge=1)
     breaker_window_s: float = Field(default=30.0, gt=0)
     breaker_cooldown_s: float = Field(default=10.0, gt=0)
+    # Bounded queues: an online request to a bucket whose backlog (records not yet answered)
+    # is past max_backlog (bucket_max_backlog per bucket) is refused with `overloaded` (429
+    # at the gateway, with Retry-After): by the SDK and the gateway before it is produced,
+    # from the backlog the dispatchers publish each second; by the dispatcher as it reads
+    # the records that got past (oldest first) until the backlog is under the bound. 0: none.
+    max_backlog: int = Field(default=20_000, ge=0)
+    bucket_max_backlog: dict[int, int] = Field(default_factory=dict)
+    # Per-tenant limits (0: none); `headrace limits set TENANT ...` overrides them per tenant
+    # (kept in Redis). Counted by the dispatchers in Redis, which refuse what passes them
+    # (`rate_limited`, `quota_exceeded`); the SDK and the gateway refuse what is already over
+    # before producing it. The request rate counts online requests over a sliding second;
+    # the token quota counts the tokens of every lane per quota_window_s.
+    tenant_requests_per_s: float = Field(default=0.0, ge=0)
+    tenant_tokens_per_window: int = Field(default=0, ge=0)
+    quota_window_s: float = Field(default=3600.0, gt=0)
     # The client's bound on unanswered requests: past it, submit blocks up to
     # client_block_timeout_s ("block") or raises BackpressureError at once ("raise").
     client_max_pending: int = Field(default=10_000, ge=1)
@@ -231,6 +246,11 @@ class Settings(BaseSettings):
         return cls(**overrides)
 
     # --- derived ---------------------------------------------------------------------
+    def backlog_bound(self, bucket: int) -> int | None:
+        """The most records a bucket's online backlog may hold; None: unbounded."""
+        bound = self.bucket_max_backlog.get(bucket, self.max_backlog)
+        return bound or None
+
     def resend_after_s(self) -> float | None:
         """When a client produces an unanswered request again: only against tansu, which
         has lost acknowledged records; Apache Kafka with acks=all does not."""

@@ -10,6 +10,7 @@ an invalid request (never FastAPI's 422), 401, 404, 409, 429, 5xx. Every respons
 from __future__ import annotations
 
 import logging
+import math
 import re
 import uuid
 from collections.abc import Mapping
@@ -26,9 +27,11 @@ from headrace.jobs.http_observability import ObservabilityMiddleware
 from headrace.jobs.store import JobStore
 from headrace.schemas.errors import (
     BackpressureError,
+    ErrorCode,
     ErrorInfo,
     InputTooLongError,
     InvalidRequestError,
+    LimitedError,
     RequestFailedError,
     UnknownModelError,
 )
@@ -54,8 +57,9 @@ class ApiError(HTTPException):
         code: str,
         kind: str | None = None,
         param: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(status_code=status, detail=message)
+        super().__init__(status_code=status, detail=message, headers=dict(headers or {}))
         self.code = code
         self.kind = kind or kind_of(status)
         self.param = param
@@ -160,8 +164,24 @@ def tenant_of(request: Request, authorization: Annotated[str | None, Header()] =
 Tenant = Annotated[str, Depends(tenant_of)]
 
 
+# a refusal by a bound or a tenant's limit: 429 with OpenAI's (code, type) and Retry-After
+_LIMITED = {
+    ErrorCode.overloaded: ("overloaded", "requests"),
+    ErrorCode.rate_limited: ("rate_limit_exceeded", "requests"),
+    ErrorCode.quota_exceeded: ("insufficient_quota", "insufficient_quota"),
+}
+
+
+def limited(code: ErrorCode, message: str, retry_after_s: float | None) -> ApiError:
+    name, kind = _LIMITED[code]
+    retry = {"retry-after": str(max(1, math.ceil(retry_after_s or 1)))}
+    return ApiError(429, message, name, kind, headers=retry)
+
+
 def reply_error(error: ErrorInfo) -> ApiError:
     """The HTTP error for an error reply from the pipeline."""
+    if error.code in _LIMITED:
+        return limited(error.code, error.message, error.retry_after_s)
     return ApiError(STATUS_OF[error.code], error.message, error.code.value)
 
 
@@ -174,6 +194,8 @@ def api_error(exc: Exception) -> ApiError:
         return ApiError(400, str(exc), "context_length_exceeded", param="input")
     if isinstance(exc, RequestFailedError):
         return reply_error(exc.error)
+    if isinstance(exc, LimitedError):
+        return limited(exc.code, str(exc), exc.retry_after_s)
     if isinstance(exc, BackpressureError):
         return ApiError(429, str(exc), "rate_limit_exceeded")
     if isinstance(exc, TimeoutError):

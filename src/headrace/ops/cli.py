@@ -18,6 +18,7 @@ from headrace.config.settings import Settings
 from headrace.health.reach import explain, require
 from headrace.jobs.cli import batch
 from headrace.ops.dev_cli import dev
+from headrace.ops.limits_cli import limits
 from headrace.ops.observe_cli import cost, top
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ app.add_typer(schema, name="schema")
 app.add_typer(cache, name="cache")
 app.add_typer(batch, name="batch")
 app.add_typer(cost, name="cost")
+app.add_typer(limits, name="limits")
 app.command()(top)
 api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
 app.add_typer(api_key, name="api-key")

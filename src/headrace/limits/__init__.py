@@ -1,0 +1,2 @@
+"""Bounded queues and per-tenant limits: the policy (pure), its counts in Redis (``store``),
+and the check before producing (``gate``)."""

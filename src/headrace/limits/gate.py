@@ -1,0 +1,108 @@
+"""The check before producing (the SDK's ``Client`` and so the gateway): refuse at once an
+online request to a bucket past its backlog bound, or of a tenant already over its limits,
+from the counts the dispatchers keep in Redis. It only reads: the dispatchers count and
+enforce, so a request this lets through past a limit is still refused there.
+
+What it reads is cached briefly (``BACKLOG_CACHE_S``, ``TENANT_CACHE_S``). Redis out of
+reach opens the gate for ``OPEN_AFTER_ERROR_S`` (the dispatcher still enforces): a check
+never fails or slows a request for want of Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import redis
+from cachetools import TTLCache
+
+from headrace.config.settings import Settings
+from headrace.connections import REDIS_ERRORS
+from headrace.limits.policy import TenantLimits, TenantUsage, overloaded, refusal
+from headrace.limits.store import BucketBacklog, LimitsStore
+from headrace.schemas.errors import (
+    ErrorCode,
+    ErrorInfo,
+    LimitedError,
+    OverloadedError,
+    QuotaExceededError,
+    RateLimitedError,
+)
+from headrace.schemas.topics import Lane
+
+log = logging.getLogger(__name__)
+
+BACKLOG_CACHE_S = 0.5
+TENANT_CACHE_S = 0.1
+OPEN_AFTER_ERROR_S = 10.0
+
+_RAISED: dict[ErrorCode, type[LimitedError]] = {
+    ErrorCode.overloaded: OverloadedError,
+    ErrorCode.rate_limited: RateLimitedError,
+    ErrorCode.quota_exceeded: QuotaExceededError,
+}
+
+
+def limited_error(error: ErrorInfo) -> LimitedError:
+    """The exception for a refusal (the gate's, or an error reply of the same code)."""
+    return _RAISED[error.code](error.message, error.retry_after_s or 1.0)
+
+
+class Gate:
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = LimitsStore(client, settings.topic_prefix, settings.quota_window_s)
+        self.wall_clock = wall_clock
+        self.defaults = TenantLimits(
+            settings.tenant_requests_per_s, settings.tenant_tokens_per_window
+        )
+        self._backlogs: TTLCache[str, dict[int, BucketBacklog]] = TTLCache(
+            1, BACKLOG_CACHE_S, timer=wall_clock
+        )
+        self._tenants: TTLCache[str, tuple[TenantLimits, TenantUsage]] = TTLCache(
+            10_000, TENANT_CACHE_S, timer=wall_clock
+        )
+        self._open_until = 0.0
+
+    def close(self) -> None:
+        self.store.redis.close()
+
+    def check(self, tenant: str, bucket: int, tokens: int, lane: Lane) -> None:
+        """Raise the ``LimitedError`` that refuses this request now, if one does."""
+        if lane != "online" or time.monotonic() < self._open_until:
+            return  # bulk work waits in its lane; the dispatcher counts its tokens
+        try:
+            problem = self._problem(tenant, bucket, tokens)
+        except REDIS_ERRORS as exc:
+            self._open_until = time.monotonic() + OPEN_AFTER_ERROR_S
+            log.warning(
+                "limits not checked for %.0f s: Redis unreachable (%s)", OPEN_AFTER_ERROR_S, exc
+            )
+            return
+        if problem is not None:
+            raise limited_error(problem)
+
+    def _problem(self, tenant: str, bucket: int, tokens: int) -> ErrorInfo | None:
+        wall = self.wall_clock()
+        bound = self.settings.backlog_bound(bucket)
+        if bound is not None:
+            if "all" not in self._backlogs:
+                self._backlogs["all"] = self.store.backlogs(wall)
+            seen = self._backlogs["all"].get(bucket)
+            if seen is not None and seen.backlog >= bound:
+                drain = (seen.backlog - bound + 1) * seen.drain_s
+                return overloaded(bucket, seen.backlog, bound, drain)
+        if tenant not in self._tenants:
+            limits = self.store.overrides().get(tenant, self.defaults)
+            usage = self.store.usage(tenant, wall) if limits.limited else TenantUsage()
+            self._tenants[tenant] = (limits, usage)
+        limits, usage = self._tenants[tenant]
+        if not limits.limited:
+            return None
+        return refusal(limits, usage, wall, self.settings.quota_window_s, tokens)
