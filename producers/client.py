@@ -342,11 +342,20 @@ class Client(GenerationMixin):
         """Ask the pipeline to cancel a request. Not yet computed: it is not computed and its
         reply is the error ``cancelled``. Computing right now: it finishes, but the reply is
         still ``cancelled``. Already answered: nothing changes."""
-        control = Control(action="cancel", tenant=tenant or self.tenant, request_id=request_id)
+        self.cancel_many([request_id], tenant=tenant)
+
+    def cancel_many(self, request_ids: Sequence[str], *, tenant: str | None = None) -> None:
+        """``cancel`` for each of ``request_ids``, acknowledged by the broker together."""
         with self._produce_lock:
-            self._producer.send(
-                self.topics.control, control.model_dump_json().encode(), key=request_id.encode()
-            )
+            for request_id in request_ids:
+                control = Control(
+                    action="cancel", tenant=tenant or self.tenant, request_id=request_id
+                )
+                self._producer.send(
+                    self.topics.control,
+                    control.model_dump_json().encode(),
+                    key=request_id.encode(),
+                )
             self._producer.flush()
 
     def _take_slot(self) -> None:

@@ -206,3 +206,35 @@ def test_chat_with_the_official_sdk_sync_async_and_streamed(
     with pytest.raises(openai.NotFoundError):
         sdk.chat.completions.create(model="gpt-9", messages=CHAT)  # type: ignore[arg-type]
     sdk.close()
+
+
+def test_single_jobs_take_completions_and_chat_as_well_as_embeddings(
+    gateway: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = gateway
+    chat = {"model": tiny_lm.NAME, "messages": [{"role": "user", "content": "Hi"}]}
+    prompt = {"model": tiny_lm.NAME, "prompt": "The headrace", "temperature": 0}
+    with httpx.Client(base_url=url, timeout=60, headers=auth(keys["acme"])) as http:
+        created = {
+            kind: http.post("/v1/jobs", json={**body, "max_tokens": 6})
+            for kind, body in (("chat.completion", chat), ("text_completion", prompt))
+        }
+        both = http.post("/v1/jobs", json={**chat, "prompt": "two requests in one"})
+        assert both.status_code == 400 and both.json()["error"]["param"] == "input"
+        empty = http.post("/v1/jobs", json={"model": tiny_lm.NAME, "prompt": "  "})
+        assert empty.status_code == 400, empty.text
+        for kind, response in created.items():
+            assert response.status_code == 200, response.text
+            job_id = response.json()["id"]
+            deadline = time.monotonic() + 90
+            while (job := http.get(f"/v1/jobs/{job_id}").json())["status"] != "completed":
+                assert job["status"] in ("validating", "in_progress", "finalizing"), job
+                assert time.monotonic() < deadline, job
+                time.sleep(0.2)
+            body = job["response"]["body"]
+            assert job["response"]["status_code"] == 200 and body["object"] == kind
+            assert body["usage"]["completion_tokens"] <= 6
+            text = body["choices"][0].get("message", {}).get("content") or body["choices"][0].get(
+                "text"
+            )
+            assert text, body

@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 
 from headrace import connections
 from headrace.config.settings import Settings
-from headrace.jobs import runner as runner_module
+from headrace.jobs import finish as finish_module
 from headrace.jobs.files import read_lines
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus
@@ -37,6 +37,17 @@ def job_settings(shared_prefix: str, tmp_path: Path, sql_url: str | None = None)
         sql_url=sql_url or f"sqlite:///{tmp_path}/jobs.db",
         max_batch_tokens=1024,
     )
+
+
+def runner_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a runner process for the jobs of ``settings``."""
+    return {
+        **os.environ,
+        "HEADRACE_TOPIC_PREFIX": settings.topic_prefix,
+        "HEADRACE_STATE_DIR": str(settings.state_dir),
+        "HEADRACE_SQL_URL": settings.sql_url,
+        **extra,
+    }
 
 
 def openai_line(
@@ -137,12 +148,7 @@ def test_resume_after_the_runner_is_killed(
     source.write_text("\n".join(f"plain line {i} of a long file" for i in range(count)) + "\n")
     store = JobStore(settings.sql_url)
     job = new_job(store, settings, str(source), input_format="plain")
-    env = {
-        **os.environ,
-        "HEADRACE_TOPIC_PREFIX": shared_prefix,
-        "HEADRACE_STATE_DIR": str(settings.state_dir),
-        "HEADRACE_SQL_URL": settings.sql_url,
-    }
+    env = runner_env(settings)
     cli = [sys.executable, "-m", "headrace.ops.cli", "batch"]
     runner = subprocess.Popen([*cli, "run", job.id, "--window", "20"], env=env)
     deadline = time.monotonic() + 120
@@ -155,7 +161,11 @@ def test_resume_after_the_runner_is_killed(
     killed = store.get(job.id)
     assert killed.state is JobStatus.in_progress and killed.completed < count
 
-    subprocess.run([*cli, "resume", job.id, "--wait"], env=env, check=True, timeout=240)
+    # the dead runner still holds the lease: a plain resume refuses, --take-over takes it
+    held = subprocess.run([*cli, "resume", job.id], env=env, capture_output=True, text=True)
+    assert held.returncode == 1 and "--take-over" in held.stdout, held.stdout + held.stderr
+    resume = [*cli, "resume", job.id, "--wait", "--take-over"]
+    subprocess.run(resume, env=env, check=True, timeout=240)
     done = store.get(job.id)
     assert done.state is JobStatus.completed, done.errors
     assert (done.total, done.completed, done.failed) == (count, count, 0)
@@ -208,7 +218,7 @@ def test_a_cancel_while_finalizing_ends_cancelled_with_the_output(
     out = tmp_path / "out.jsonl"
     job = new_job(store, settings, str(source), input_format="plain", output_location=str(out))
     seen: list[JobStatus] = []
-    real_deliver = runner_module.deliver
+    real_deliver = finish_module.deliver
 
     def cancel_then_deliver(spool: Path, location: str, s: Settings) -> None:
         seen.append(store.get(job.id).state)
@@ -216,7 +226,7 @@ def test_a_cancel_while_finalizing_ends_cancelled_with_the_output(
             store.move(job.id, JobStatus.cancelling)
         real_deliver(spool, location, s)
 
-    monkeypatch.setattr(runner_module, "deliver", cancel_then_deliver)
+    monkeypatch.setattr(finish_module, "deliver", cancel_then_deliver)
     done = JobRunner(store, job.id, settings).run()
     assert seen[0] is JobStatus.finalizing
     assert done.state is JobStatus.cancelled and done.cancelled_at is not None

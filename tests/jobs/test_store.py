@@ -11,8 +11,10 @@ from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.store import JobNotFound, JobStore, newest_revision
 
 
-def make(store: JobStore, tenant: str = "t1") -> str:
+def make(store: JobStore, tenant: str = "t1", kind: str = "batch", job_id: str = "") -> str:
     job = store.create(
+        id=job_id,
+        kind=kind,
         tenant=tenant,
         endpoint="/v1/embeddings",
         model="all-MiniLM-L6-v2",

@@ -140,6 +140,13 @@ class Settings(BaseSettings):
     # the model throughput seen so far, or this one before any batch (MiniLM on 2 CPU cores
     # does about 5,000 padded tokens/s).
     scaling_prior_tokens_per_s: float = Field(default=5000.0, gt=0)
+    # Bulk and single jobs: a runner holds a job's lease (renewed every second) and a job
+    # whose lease ran out job_lease_s after its runner's last renewal is taken over by any
+    # runner pool (the gateway's, or `headrace batch runner`), which carries job_runners
+    # jobs at once and looks for new or orphaned ones every job_poll_s.
+    job_lease_s: float = Field(default=30.0, ge=2)
+    job_runners: int = Field(default=4, ge=0)
+    job_poll_s: float = Field(default=1.0, gt=0)
     # the gateway moves closed minutes of per-tenant usage from Redis to the SQL store this
     # often (`headrace cost report` does it before it reads, too)
     usage_flush_every_s: float = Field(default=30.0, gt=0)

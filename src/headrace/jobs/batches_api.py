@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from headrace.config.settings import Settings
 from headrace.jobs.api import ApiError, Tenant
 from headrace.jobs.files_api import list_page, owned_file, unix
-from headrace.jobs.launch import new_job, start_detached
+from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.store import Job, JobNotFound, JobStore
 from headrace.jobs.usage import seconds_of
@@ -132,8 +132,7 @@ def batches_router(settings: Settings, store: JobStore) -> APIRouter:
             completion_window_s=window_seconds(body.completion_window),
         )
         store.set_fields(job.id, input_file_id=source.id)
-        start_detached(settings, job.id)
-        return batch_object(store.get(job.id))
+        return batch_object(store.get(job.id))  # a runner pool takes it within job_poll_s
 
     @router.get("/v1/batches/{batch_id}")
     def get_batch(tenant: Tenant, batch_id: str) -> dict[str, Any]:

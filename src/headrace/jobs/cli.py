@@ -25,6 +25,7 @@ from headrace.health.endpoint import serve_health
 from headrace.health.reach import require
 from headrace.jobs.formats import InputFormat
 from headrace.jobs.launch import new_job, start_detached
+from headrace.jobs.lease import LeaseHeld, runner_id
 from headrace.jobs.lifecycle import FINAL, JobStatus
 from headrace.jobs.runner import JobRunner, RunOptions
 from headrace.jobs.store import Counts, Job, JobNotFound, JobStore
@@ -33,6 +34,10 @@ batch = typer.Typer(help="Bulk jobs: a file of requests in, a file of results ou
 console = Console()
 
 Tenant = Annotated[str, typer.Option(help="the tenant the job belongs to")]
+TAKE_OVER_HINT = (
+    "a runner pool takes it over once that lease runs out (job_lease_s); "
+    "--take-over if that runner is gone"
+)
 
 
 def _store(settings: Settings, *more: str) -> JobStore:
@@ -56,9 +61,17 @@ def _job_dict(job: Job) -> dict[str, object]:
     }
 
 
-def _run(settings: Settings, store: JobStore, job_id: str, wait: bool, truncate: bool) -> None:
+def _run(
+    settings: Settings,
+    store: JobStore,
+    job_id: str,
+    wait: bool,
+    truncate: bool,
+    take_over: bool = False,
+    owner: str | None = None,
+) -> None:
     if not wait:  # a detached runner carries it out; `status` follows it
-        start_detached(settings, job_id, truncate)
+        start_detached(settings, job_id, truncate, take_over, owner)
         console.print(f"{job_id} started in the background; `headrace batch status {job_id}`")
         return
     with Progress(
@@ -83,8 +96,13 @@ def _run(settings: Settings, store: JobStore, job_id: str, wait: bool, truncate:
                 rate=f"{speed:.0f}" if speed else "-",
             )
 
-        runner = JobRunner(store, job_id, settings, RunOptions(truncate=truncate), on_progress=show)
-        job = runner.run()
+        options = RunOptions(truncate=truncate, take_over=take_over)
+        runner = JobRunner(store, job_id, settings, options, on_progress=show, owner=owner)
+        try:
+            job = runner.run()
+        except LeaseHeld as exc:
+            console.print(f"[yellow]{exc}[/yellow]: {TAKE_OVER_HINT}")
+            raise typer.Exit(1) from exc
     _print_job(job)
 
 
@@ -126,9 +144,10 @@ def create(
         input_format=fmt,
         output_location=output,
         error_location=errors,
+        owner=(owner := runner_id()),  # this command's runner, not a pool, carries it out
     )
     console.print(f"created {job.id}")
-    _run(settings, store, job.id, wait, truncate)
+    _run(settings, store, job.id, wait, truncate, owner=owner)
 
 
 @batch.command("run", hidden=True)
@@ -142,6 +161,8 @@ def run(
     lane: Annotated[str, typer.Option(hidden=True, help="online: only to compare (bench)")] = (
         "bulk"
     ),
+    take_over: bool = False,
+    owner: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Carry out a job in this process (what `create` and `resume` start in the background)."""
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -153,9 +174,44 @@ def run(
     except OSError as exc:  # several runners on one host: the port is another's
         logging.getLogger(__name__).warning("no /metrics on port %s: %s", port, exc)
     options = RunOptions(
-        truncate=truncate, window=window, lane="online" if lane == "online" else "bulk"
+        truncate=truncate,
+        window=window,
+        lane="online" if lane == "online" else "bulk",
+        take_over=take_over,
     )
-    JobRunner(_store(settings, "kafka"), job_id, settings, options).run()
+    JobRunner(_store(settings, "kafka"), job_id, settings, options, owner=owner).run()
+
+
+@batch.command("runner")
+def runner_pool(
+    slots: Annotated[
+        int | None, typer.Option(help="bulk jobs carried at once (default: job_runners)")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve /metrics, /healthz, /readyz on this port")
+    ] = None,
+) -> None:
+    """A runner pool: carries out every job no runner holds (new ones from the gateway, and
+    those whose runner died, once its lease ran out) until stopped (SIGTERM or Ctrl-C:
+    running jobs stop at a checkpoint and any pool carries them on)."""
+    import signal
+    import threading
+
+    from headrace.health.endpoint import mark_ready
+    from headrace.jobs.pool import RunnerPool
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    settings = Settings()
+    serve_health(metrics_port if metrics_port is not None else settings.metrics_port)
+    pool = RunnerPool(_store(settings, "kafka", "redis"), settings, slots=slots).start()
+    mark_ready()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+    pool.close()
 
 
 @batch.command("resume")
@@ -163,15 +219,24 @@ def resume(
     job_id: str,
     wait: Annotated[bool, typer.Option(help="run here with a progress bar")] = False,
     truncate: bool = False,
+    take_over: Annotated[
+        bool, typer.Option(help="take the job even while a runner (one that is gone) holds it")
+    ] = False,
 ) -> None:
-    """Carry on with a job whose runner stopped: lines already answered are skipped."""
+    """Carry on with a job whose runner stopped: lines already answered are skipped. (A
+    runner pool does this by itself once the dead runner's lease runs out.)"""
     settings = Settings()
     store = _store(settings, "kafka")
     job = _get(store, job_id)
     if job.state in FINAL:
         _print_job(job)
         return
-    _run(settings, store, job_id, wait, truncate)
+    if not take_over and not store.claimable_now(job_id):
+        console.print(
+            f"[yellow]{job_id} is being run by {job.lease_owner}[/yellow]: {TAKE_OVER_HINT}"
+        )
+        raise typer.Exit(1)
+    _run(settings, store, job_id, wait, truncate, take_over)
 
 
 @batch.command("status")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -73,13 +73,20 @@ class Spool:
     """An append-only JSONL file. A run killed mid-write leaves a partial last line; opening
     the spool again cuts it off, so every line in it is whole."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, guard: Callable[[], None] | None = None) -> None:
+        """``guard``: called before each append; it raises when this writer may not write
+        (a runner whose lease on the job is not safely its own)."""
         self.path = path
+        self.guard = guard
         path.parent.mkdir(parents=True, exist_ok=True)
         _cut_partial_line(path)
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # guarded: line-buffered, so no line is left in a buffer past the guard's say
+        buffering = 1 if guard is not None else -1
+        self._file = open(path, "a", encoding="utf-8", buffering=buffering)  # noqa: SIM115
 
     def append(self, line: str) -> None:
+        if self.guard is not None:
+            self.guard()
         self._file.write(line + "\n")
 
     def checkpoint(self) -> None:

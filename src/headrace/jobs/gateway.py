@@ -2,7 +2,8 @@
 
 Routes, each in a module of its own: embeddings (``embeddings_api``), completions and chat
 (``completions``), models (``models_api``), files (``files_api``), batches (``batches_api``),
-and headrace's single asynchronous jobs (``/v1/jobs``, here). Bearer API keys map to tenants
+and headrace's single asynchronous jobs (``jobs_api``). Bulk and single jobs are carried out
+by the gateway's runner pool (``pool``; ``job_runners``). Bearer API keys map to tenants
 (the store keeps only their SHA-256); a tenant sees only its own files and batches: anybody
 else's are 404. Errors come in OpenAI's shape and every response has an ``x-request-id``
 (``api``).
@@ -11,52 +12,37 @@ else's are 404. Errors come in OpenAI's shape and every response has an ``x-requ
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
-import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-from pydantic import AnyHttpUrl, BaseModel, Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from headrace.config.settings import Settings
 from headrace.connections import redis_client
 from headrace.jobs import api
-from headrace.jobs.api import ApiError, Tenant
-from headrace.jobs.batches_api import batches_router, owned_job
+from headrace.jobs.batches_api import batches_router
 from headrace.jobs.completions import completions_router
 from headrace.jobs.embeddings_api import embeddings_router
 from headrace.jobs.files_api import files_router
-from headrace.jobs.launch import new_job, start_detached
+from headrace.jobs.jobs_api import jobs_router
 from headrace.jobs.models_api import models_router
-from headrace.jobs.single import KIND, job_object
+from headrace.jobs.pool import RunnerPool
 from headrace.jobs.store import JobStore
 from headrace.jobs.usage import flush
 from headrace.jobs.usage_api import usage_router
-from headrace.jobs.webhooks import WebhookRefused, check_target, secret_of
 from headrace.producers.client import Client
-from headrace.schemas.openai_batch import EMBEDDINGS_URL
 from headrace.usage.meter import UsageMeter
 
 log = logging.getLogger(__name__)
 
 
-class JobCreate(BaseModel):
-    model: str = "all-MiniLM-L6-v2"
-    input: str = Field(min_length=1)
-    webhook_url: AnyHttpUrl | None = None
-    metadata: dict[str, str] | None = Field(default=None, max_length=16)
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     store = JobStore(settings.sql_url)
-    files_dir = (settings.state_dir / "files").resolve()
     clients: dict[str, Client] = {}
     clients_lock = threading.Lock()
 
@@ -74,7 +60,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         flusher = threading.Thread(target=flush_usage, name="usage-flush", daemon=True)
         flusher.start()
+        # bulk and single jobs: carried out here (0: by `headrace batch runner` processes)
+        pool = RunnerPool(store, settings).start() if settings.job_runners else None
         yield
+        if pool is not None:
+            pool.close()
         stop_flushing.set()
         for client in clients.values():
             client.close()
@@ -95,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(files_router(settings, store))
     app.include_router(batches_router(settings, store))
     app.include_router(usage_router(store, meter))
+    app.include_router(jobs_router(settings, store))
 
     # --- health: scraped and probed without an API key -------------------------------------
     @app.get("/metrics", include_in_schema=False)
@@ -112,33 +103,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except SQLAlchemyError as exc:
             return JSONResponse({"status": "job store unreachable", "detail": str(exc)}, 503)
         return JSONResponse({"status": "ready"})
-
-    # --- single asynchronous jobs ---------------------------------------------------------
-    @app.post("/v1/jobs")
-    def create_job(tenant: Tenant, body: JobCreate) -> dict[str, Any]:
-        files_dir.mkdir(parents=True, exist_ok=True)
-        source = files_dir / f"job-{uuid.uuid4().hex}.jsonl"
-        line = {
-            "custom_id": "job",
-            "method": "POST",
-            "url": EMBEDDINGS_URL,
-            "body": {"model": body.model, "input": body.input},
-        }
-        source.write_text(json.dumps(line) + "\n", encoding="utf-8")
-        metadata: dict[str, str] = dict(body.metadata or {})
-        if body.webhook_url is not None:
-            try:
-                secret_of(tenant, settings)
-                check_target(str(body.webhook_url), settings)
-            except WebhookRefused as exc:
-                raise ApiError(403, str(exc), "webhook_not_allowed", param="webhook_url") from exc
-            metadata["webhook_url"] = str(body.webhook_url)
-        job = new_job(store, settings, str(source), tenant=tenant, metadata=metadata, kind=KIND)
-        start_detached(settings, job.id)
-        return job_object(store.get(job.id))
-
-    @app.get("/v1/jobs/{job_id}")
-    def get_job(tenant: Tenant, job_id: str) -> dict[str, Any]:
-        return job_object(owned_job(store, job_id, tenant, kind=KIND))
 
     return app

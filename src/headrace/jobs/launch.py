@@ -26,11 +26,14 @@ def new_job(
     metadata: dict[str, str] | None = None,
     endpoint: str = EMBEDDINGS_URL,
     kind: str = "batch",
+    owner: str | None = None,
 ) -> Job:
-    """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out.
-    Its spools live in ``<state_dir>/jobs/<id>``."""
+    """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out,
+    or any runner pool. ``owner``: the runner that will, holding the lease from the start
+    (so no pool takes the job first). Its spools live in ``<state_dir>/jobs/<id>``."""
     job_id = new_job_id()
     now = datetime.now(UTC)
+    lease = now + timedelta(seconds=settings.job_lease_s) if owner else None
     return store.create(
         id=job_id,
         tenant=tenant,
@@ -44,10 +47,18 @@ def new_job(
         expires_at=now + timedelta(seconds=completion_window_s) if completion_window_s else None,
         metadata=metadata or {},
         kind=kind,
+        lease_owner=owner,
+        lease_expires_at=lease,
     )
 
 
-def start_detached(settings: Settings, job_id: str, truncate: bool = False) -> None:
+def start_detached(
+    settings: Settings,
+    job_id: str,
+    truncate: bool = False,
+    take_over: bool = False,
+    owner: str | None = None,
+) -> None:
     """Run a job in a process of its own (``headrace batch run``), which outlives its
     starter; its log is ``runner.log`` in the job's folder."""
     log_dir = settings.state_dir / "jobs" / job_id
@@ -55,5 +66,9 @@ def start_detached(settings: Settings, job_id: str, truncate: bool = False) -> N
     argv = [sys.executable, "-m", "headrace.ops.cli", "batch", "run", job_id]
     if truncate:
         argv.append("--truncate")
+    if take_over:
+        argv.append("--take-over")
+    if owner:
+        argv += ["--owner", owner]
     with open(log_dir / "runner.log", "ab") as log_file:
         subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

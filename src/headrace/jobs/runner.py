@@ -12,12 +12,18 @@
 - **cancelling**: no more requests are submitted; the unanswered ones are cancelled through
   the control topic and their replies awaited (up to ``cancel_wait_s``), then cancelled.
 
+A run holds the job's lease (``jobs/lease.py``), renewed at every checkpoint: a second
+runner refuses the job while it is held (``LeaseHeld``); a runner that died lets it run out,
+and any runner (``jobs/pool.py``) takes the job over from its progress record. A runner that
+lost its lease stops writing and leaves the job to the new holder (``LeaseLost``).
+
 Memory stays flat: lines are streamed, the answered set is a bitmap (``jobs/progress.py``),
 custom_ids are read from the on-disk index, and only ``window`` requests are in the air.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -28,7 +34,8 @@ from pathlib import Path
 
 from headrace.config.settings import Settings
 from headrace.health.endpoint import mark_ready
-from headrace.jobs.files import Spool, deliver, read_lines
+from headrace.jobs.files import Spool, read_lines
+from headrace.jobs.finish import end_job
 from headrace.jobs.formats import (
     Invalid,
     expired_line,
@@ -39,6 +46,7 @@ from headrace.jobs.formats import (
     tokens_of,
 )
 from headrace.jobs.index import CustomIds
+from headrace.jobs.lease import Halted, Lease, LeaseLost, runner_id
 from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
 from headrace.jobs.progress import Progress
 from headrace.jobs.single import job_object
@@ -60,6 +68,8 @@ class RunOptions:
     cancel_wait_s: float = 30.0
     truncate: bool = False  # cut over-long inputs instead of failing their lines
     lane: Lane = "bulk"  # jobs wait for online traffic; "online" only to compare (bench)
+    lease_s: float | None = None  # None: settings.job_lease_s
+    take_over: bool = False  # take the job's lease even while another runner holds it
 
 
 def reply_topic(settings_prefix: str, job_id: str) -> str:
@@ -74,8 +84,13 @@ class JobRunner:
         settings: Settings | None = None,
         options: RunOptions | None = None,
         on_progress: Callable[[Job, Counts], None] | None = None,
+        owner: str | None = None,
+        halt: threading.Event | None = None,
     ) -> None:
+        """``owner``: this runner's name in the job's lease (unique per runner). ``halt``:
+        set, the run stops at its next checkpoint and leaves the job to another runner."""
         self.store = store
+        self.halt = halt or threading.Event()
         self.job_id = job_id
         self.settings = settings or Settings()
         self.options = options or RunOptions()
@@ -83,10 +98,30 @@ class JobRunner:
         job = store.get(job_id)
         self.spool_dir = Path(job.spool_dir)
         self.topic = reply_topic(self.settings.topic_prefix, job_id)
+        lease_s = self.options.lease_s or self.settings.job_lease_s
+        self.lease = Lease(store, job_id, owner or runner_id(), lease_s)
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> Job:
+        """Carry the job out to its end; ``LeaseHeld`` if another runner holds it,
+        ``LeaseLost`` (the job left as it is, to its new holder) if this one lost it."""
         job = self.store.get(self.job_id)
+        if job.state in FINAL:
+            return job
+        self.lease.take(force=self.options.take_over)
+        try:
+            return self._run(job)
+        except LeaseLost:
+            log.warning("job %s: lease lost; another runner carries it on", self.job_id)
+            raise
+        except Halted:
+            log.info("job %s: halted at a checkpoint; any runner carries it on", self.job_id)
+            return self.store.get(self.job_id)
+        finally:
+            with contextlib.suppress(Exception):  # the lease runs out by itself anyway
+                self.lease.release()
+
+    def _run(self, job: Job) -> Job:
         try:
             if job.state is JobStatus.validating:
                 job = self._validate(job)
@@ -97,14 +132,16 @@ class JobRunner:
                 job = self._process(job)
             if job.state in (JobStatus.finalizing, JobStatus.cancelling):
                 job = self._finalize(job)
+        except (LeaseLost, Halted):
+            raise  # the job is another runner's to end (and notify)
         except Exception as exc:
             log.exception("job %s failed", self.job_id)
             current = self.store.get(self.job_id)
             if current.state not in FINAL:
                 job = self.store.move(self.job_id, JobStatus.failed, f"{type(exc).__name__}: {exc}")
-            raise
-        finally:
             self._maybe_notify()
+            raise
+        self._maybe_notify()
         return job
 
     def _maybe_notify(self) -> None:
@@ -118,12 +155,14 @@ class JobRunner:
     def _validate(self, job: Job) -> Job:
         errors_path = self.spool_dir / "errors.jsonl"
         errors_path.unlink(missing_ok=True)  # a validation cut short starts over
-        errors = Spool(errors_path)
+        errors = Spool(errors_path, guard=self.lease.guard)
         ids = CustomIds(self.spool_dir, create=True)
         total = invalid = 0
         try:
             for n, raw in enumerate(read_lines(job.input_location, self.settings), start=1):
                 total = n
+                if n % 10_000 == 0:
+                    self.lease.renew()
                 parsed = parse_line(raw, n, input_format(job), job.endpoint)
                 if isinstance(parsed, Invalid):
                     invalid += 1
@@ -145,8 +184,8 @@ class JobRunner:
     # --- in_progress ----------------------------------------------------------------------
     def _process(self, job: Job) -> Job:
         mark_ready()  # /readyz: submitting and collecting
-        outputs = Spool(self.spool_dir / "output.jsonl")
-        errors = Spool(self.spool_dir / "errors.jsonl")
+        outputs = Spool(self.spool_dir / "output.jsonl", guard=self.lease.guard)
+        errors = Spool(self.spool_dir / "errors.jsonl", guard=self.lease.guard)
         ids = CustomIds(self.spool_dir)
         state = Progress(job.total)
         for spool, failed in ((outputs, False), (errors, True)):
@@ -174,8 +213,9 @@ class JobRunner:
             """No more submissions; the requests in the air are cancelled."""
             stop.set()
             submitter.join()
-            for n in state.unanswered_submitted():
-                client.cancel(request_id(job.id, n), tenant=job.tenant)
+            ids = [request_id(job.id, n) for n in state.unanswered_submitted()]
+            client.cancel_many(ids, tenant=job.tenant)
+            self.lease.renew()
 
         cancel_started: float | None = None
         expired = False
@@ -193,6 +233,9 @@ class JobRunner:
                 if state.submit_error is not None:
                     raise state.submit_error
                 self._checkpoint(job, state, outputs, errors, offset)
+                if self.halt.is_set():
+                    stop.set()
+                    raise Halted(job.id)
                 current = self.store.get(job.id)
                 if current.state is JobStatus.cancelling:
                     if cancel_started is None:
@@ -262,6 +305,7 @@ class JobRunner:
     def _checkpoint(
         self, job: Job, state: Progress, outputs: Spool, errors: Spool, offset: int
     ) -> None:
+        self.lease.renew()
         with state.lock:
             outputs.checkpoint()
             errors.checkpoint()
@@ -287,20 +331,5 @@ class JobRunner:
             return self._end(job, JobStatus.cancelled)
 
     def _end(self, job: Job, target: JobStatus) -> Job:
-        """Deliver the spools where the job asked, register both as files of the job's
-        tenant (``output_file_id``, ``error_file_id``: what the gateway serves; a cancelled
-        or expired job's hold the lines answered so far), then move to ``target``."""
-        file_ids = {}
-        for name, location, field in (
-            ("output.jsonl", job.output_location, "output_file_id"),
-            ("errors.jsonl", job.error_location, "error_file_id"),
-        ):
-            spool = self.spool_dir / name
-            if location and spool.exists():
-                deliver(spool, location, self.settings)
-            if spool.exists():
-                record = self.store.add_file(job.tenant, "batch_output", name, str(spool))
-                file_ids[field] = record.id
-        if file_ids:
-            self.store.set_fields(job.id, **file_ids)
-        return self.store.move(job.id, target)
+        self.lease.renew()
+        return end_job(self.store, self.settings, job, target)

@@ -12,7 +12,7 @@ import hashlib
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -105,6 +105,8 @@ class Job(_Base):
     input_file_id: Mapped[str | None] = mapped_column(String(64))
     output_file_id: Mapped[str | None] = mapped_column(String(64))
     error_file_id: Mapped[str | None] = mapped_column(String(64))
+    lease_owner: Mapped[str | None] = mapped_column(String(64))  # the runner carrying it out
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     @property
     def state(self) -> JobStatus:
@@ -220,6 +222,70 @@ class JobStore:
     def set_fields(self, job_id: str, **fields: Any) -> None:
         with Session(self.engine) as s, s.begin():
             s.execute(update(Job).where(Job.id == job_id).values(**fields))
+
+    # --- leases: which runner carries a job out ---------------------------------------------
+    def claim(self, job_id: str, owner: str, lease_s: float, force: bool = False) -> bool:
+        """Take the job's lease for ``owner`` if it is free (never taken, released, or run
+        out) or already ``owner``'s (``force``: in any case); one atomic UPDATE, so two
+        runners never both win."""
+        now = datetime.now(UTC)
+        free: ColumnElement[bool] = (
+            Job.lease_owner.is_(None) | (Job.lease_expires_at < now) | (Job.lease_owner == owner)
+        )
+        if force:
+            free = Job.id == job_id
+        return self._lease_update(job_id, free, owner, now + timedelta(seconds=lease_s))
+
+    def renew(self, job_id: str, owner: str, lease_s: float) -> bool:
+        """Extend ``owner``'s lease; False if it is not ``owner``'s any more (it ran out and
+        another runner took the job): ``owner`` must stop writing for it."""
+        later = datetime.now(UTC) + timedelta(seconds=lease_s)
+        return self._lease_update(job_id, Job.lease_owner == owner, owner, later)
+
+    def release(self, job_id: str, owner: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner)
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+
+    def claimable_now(self, job_id: str) -> bool:
+        """No runner holds the job's lease (never taken, released, or run out)."""
+        job = self.get(job_id)
+        expires = job.lease_expires_at
+        return job.lease_owner is None or expires is None or expires < datetime.now(UTC)
+
+    def claimable(self, limit: int = 20, kind: str | None = None) -> builtins.list[Job]:
+        """Unfinished jobs no runner holds (never taken, or their lease ran out), oldest
+        first."""
+        now = datetime.now(UTC)
+        done = [st.value for st in FINAL]
+        query = (
+            select(Job)
+            .where(
+                Job.status.not_in(done),
+                Job.lease_owner.is_(None) | (Job.lease_expires_at < now),
+            )
+            .order_by(Job.created_at.asc(), Job.id.asc())
+            .limit(limit)
+        )
+        if kind is not None:
+            query = query.where(Job.kind == kind)
+        with Session(self.engine, expire_on_commit=False) as s:
+            return list(s.scalars(query))
+
+    def _lease_update(
+        self, job_id: str, condition: ColumnElement[bool], owner: str, until: datetime
+    ) -> bool:
+        done = [st.value for st in FINAL]
+        with Session(self.engine) as s, s.begin():
+            result = s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status.not_in(done), condition)
+                .values(lease_owner=owner, lease_expires_at=until)
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     # --- files -----------------------------------------------------------------------------
     def add_file(self, tenant: str, purpose: str, filename: str, location: str) -> File:

@@ -1,0 +1,131 @@
+"""A runner pool: carries out every job no runner holds, new ones and those whose runner
+died (its lease ran out), until it is closed. The gateway runs one (``job_runners``);
+``headrace batch runner`` runs one on its own. Several pools share the work through the job
+store's leases: a job is carried out by one runner at a time, and taken over from its
+progress record when that runner stops renewing its lease.
+
+- bulk jobs (``/v1/batches``, ``headrace batch create``): a ``JobRunner`` each, on a thread,
+  at most ``job_runners`` at once;
+- single jobs (``/v1/jobs``): ``SingleJobs``, one shared reply topic for every pool.
+
+Pools are expected to share the state directory (the jobs' spools) and the job store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from headrace.config.settings import Settings
+from headrace.jobs.lease import Halted, LeaseHeld, LeaseLost, runner_id
+from headrace.jobs.runner import JobRunner, RunOptions
+from headrace.jobs.single import KIND
+from headrace.jobs.single_runner import SingleJobs
+from headrace.jobs.store import Job, JobStore
+from headrace.transport import open_transport
+
+log = logging.getLogger(__name__)
+
+SINGLE_CLAIMS_PER_PASS = 100
+
+
+class RunnerPool:
+    def __init__(
+        self,
+        store: JobStore,
+        settings: Settings,
+        *,
+        slots: int | None = None,
+        options: RunOptions | None = None,
+    ) -> None:
+        """``slots``: bulk jobs carried at once (``settings.job_runners``)."""
+        self.store = store
+        self.settings = settings
+        self.slots = settings.job_runners if slots is None else slots
+        self.options = options or RunOptions()
+        self.owner = runner_id()
+        self.stop = threading.Event()
+        self.running: dict[str, threading.Thread] = {}
+        self.transport = open_transport(settings)
+        self.singles = SingleJobs(store, settings, self.transport)
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> RunnerPool:
+        for name, target in (("claim", self._claiming), ("collect", self._collecting)):
+            thread = threading.Thread(target=target, name=f"jobs-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("runner pool %s: %d bulk slots", self.owner, self.slots)
+        return self
+
+    def close(self) -> None:
+        """Stop claiming; running jobs stop at their next checkpoint and release their
+        leases (any pool carries them on)."""
+        self.stop.set()
+        for thread in [*self._threads, *self.running.values()]:
+            thread.join(timeout=30)
+        self.singles.close()
+
+    # --- claiming ----------------------------------------------------------------------------
+    def _claiming(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.step()
+            except Exception:  # the job store or the broker away: try again next pass
+                log.warning("runner pool pass failed", exc_info=True)
+            self.stop.wait(self.settings.job_poll_s)
+
+    def step(self) -> None:
+        """One pass: renew the leases of single jobs awaiting their reply, produce again
+        those overdue, claim single jobs no runner holds, and start bulk jobs in free
+        slots."""
+        lease_s = self.options.lease_s or self.settings.job_lease_s
+        for job_id in list(self.singles.submitted):
+            if not self.store.renew(job_id, self.owner, lease_s):
+                self.singles.submitted.pop(job_id, None)  # ended, or taken over
+        for job_id in self.singles.due_again(self.settings.resend_after_s()):
+            self._submit(self.store.get(job_id))
+        for job in self.store.claimable(SINGLE_CLAIMS_PER_PASS, kind=KIND):
+            if self.store.claim(job.id, self.owner, lease_s):
+                self._submit(job)
+        self.running = {j: t for j, t in self.running.items() if t.is_alive()}
+        free = self.slots - len(self.running)
+        if free <= 0:
+            return
+        for job in self.store.claimable(free + len(self.running), kind="batch"):
+            if job.id in self.running or free <= 0:
+                continue
+            thread = threading.Thread(
+                target=self._carry, args=(job,), name=f"job-{job.id[-8:]}", daemon=True
+            )
+            self.running[job.id] = thread
+            thread.start()
+            free -= 1
+
+    def _submit(self, job: Job) -> None:
+        """One single job; one that fails keeps its lease until it runs out, then is tried
+        again (by this pool or another), and holds up no other."""
+        try:
+            self.singles.submit(job)
+        except Exception:
+            log.warning("single job %s not submitted; tried again later", job.id, exc_info=True)
+
+    def _carry(self, job: Job) -> None:
+        runner = JobRunner(self.store, job.id, self.settings, self.options, halt=self.stop)
+        try:
+            runner.run()
+        except LeaseHeld:
+            pass  # another pool claimed it first
+        except (LeaseLost, Halted):
+            pass  # it is another runner's now
+        except Exception:
+            log.exception("job %s failed in pool %s", job.id, self.owner)
+
+    # --- collecting ----------------------------------------------------------------------------
+    def _collecting(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.singles.collect(timeout_ms=200)
+            except Exception:
+                log.warning("collecting single jobs failed", exc_info=True)
+                self.stop.wait(1.0)
