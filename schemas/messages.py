@@ -256,7 +256,8 @@ class Batch(_Message):
 
 class Completion(_Message):
     """Worker -> dispatcher: these records have their reply produced (done), or are being
-    answered by another attempt right now (deferred: keep them pending until their lease)."""
+    answered by another attempt right now (deferred: the dispatcher sends them again after
+    a short backoff, by when that attempt has usually answered them)."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
     batch_id: str

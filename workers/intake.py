@@ -65,3 +65,13 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return None
     return parsed if isinstance(parsed, dict) else {}
+
+
+def request_key(raw: bytes) -> tuple[str, str] | None:
+    """(tenant, request_id) of a request record, read without validating the rest (None if
+    it names none)."""
+    parsed = _json_object(raw) or {}
+    tenant, request_id = parsed.get("tenant"), parsed.get("request_id")
+    if isinstance(tenant, str) and isinstance(request_id, str):
+        return (tenant, request_id)
+    return None

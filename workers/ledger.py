@@ -4,6 +4,7 @@ notices back to the dispatcher, and worker heartbeats. Key names live here only.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import cast
@@ -73,6 +74,54 @@ return out
 """
 SENDING_PREFIX = "sending:"
 
+# Claim again, for ARGV[1] for ARGV[2] ms, each request still marked answered: its reply is
+# not where the ledger says it went (the broker lost an acknowledged write). Says which.
+_RECLAIM = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == 'answered' then
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+
+# Take each claim still held by ARGV[i + 2] (a dead worker's attempt, computing: it sent
+# nothing) for ARGV[1]. Says which.
+_STEAL = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 2] then
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class ReplyAt:
+    """Where a request's final reply was acknowledged by the broker."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    def encode(self) -> str:
+        return f"{self.partition}:{self.offset}:{self.topic}"
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ReplyAt:
+        partition, offset, topic = raw.decode().split(":", 2)
+        return cls(topic, int(partition), int(offset))
+
 
 class ClaimState(StrEnum):
     fresh = "fresh"  # claimed for us: compute and answer it
@@ -87,6 +136,10 @@ class Keys:
 
     def request(self, tenant: str, request_id: str) -> str:
         return f"{self.prefix}:req:{tenant}:{request_id}"
+
+    def reply_at(self, tenant: str, request_id: str) -> str:
+        """Where the request's reply landed (``ReplyAt``), kept as long as its mark."""
+        return f"{self.prefix}:at:{tenant}:{request_id}"
 
     def cancel(self, tenant: str, request_id: str) -> str:
         return f"{self.prefix}:cancel:{tenant}:{request_id}"
@@ -116,6 +169,8 @@ class Ledger:
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
         self._begin_send = client.register_script(_BEGIN_SEND)
+        self._reclaim = client.register_script(_RECLAIM)
+        self._steal = client.register_script(_STEAL)
 
     # --- idempotency by (tenant, request_id) -------------------------------------------------
     def claim(
@@ -143,13 +198,16 @@ class Ledger:
         return [bool(flag) for flag in self._begin_send(keys=keys, args=[owner, ttl_ms])]
 
     def finish_batch(
-        self, ids: list[tuple[str, str]], dispatcher_id: str, completion: Completion
+        self,
+        ids: list[tuple[str, str]],
+        dispatcher_id: str,
+        completion: Completion,
+        where: Mapping[tuple[str, str], ReplyAt] | None = None,
     ) -> None:
-        """Mark ``ids`` answered, tell the dispatcher, and drop the batch from the running
-        hash, in one round trip."""
+        """Mark ``ids`` answered (``where``: their replies landed), tell the dispatcher, and
+        drop the batch from the running hash, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        for tenant, request_id in ids:
-            pipe.set(self.keys.request(tenant, request_id), ANSWERED, ex=self.answered_ttl_s)
+        self._mark(pipe, ids, where or {})
         key = self.keys.completions(dispatcher_id)
         pipe.rpush(key, completion.model_dump_json())
         pipe.expire(key, 24 * 3600)
@@ -163,13 +221,42 @@ class Ledger:
         raw = cast(list[bytes | None], self.redis.mget([self.keys.request(t, r) for t, r in ids]))
         return [v.decode() if v is not None else None for v in raw]
 
-    def mark_answered(self, ids: list[tuple[str, str]]) -> None:
+    def mark_answered(
+        self, ids: list[tuple[str, str]], where: Mapping[tuple[str, str], ReplyAt] | None = None
+    ) -> None:
         if not ids:
             return
         pipe = self.redis.pipeline(transaction=False)
-        for tenant, request_id in ids:
-            pipe.set(self.keys.request(tenant, request_id), ANSWERED, ex=self.answered_ttl_s)
+        self._mark(pipe, ids, where or {})
         pipe.execute()
+
+    def _mark(
+        self,
+        pipe: redis.client.Pipeline,
+        ids: list[tuple[str, str]],
+        where: Mapping[tuple[str, str], ReplyAt],
+    ) -> None:
+        ttl = self.answered_ttl_s
+        for tenant, request_id in ids:
+            pipe.set(self.keys.request(tenant, request_id), ANSWERED, ex=ttl)
+            at = where.get((tenant, request_id))
+            if at is not None:
+                pipe.set(self.keys.reply_at(tenant, request_id), at.encode(), ex=ttl)
+
+    def replies_at(self, ids: list[tuple[str, str]]) -> list[ReplyAt | None]:
+        """Where each request's reply landed (None: not recorded)."""
+        if not ids:
+            return []
+        raw = cast(list[bytes | None], self.redis.mget([self.keys.reply_at(t, r) for t, r in ids]))
+        return [ReplyAt.decode(v) if v is not None else None for v in raw]
+
+    def reclaim(self, ids: list[tuple[str, str]], owner: str, lease_ms: int) -> list[bool]:
+        """Claim answered requests again whose reply the broker lost (read back: not where
+        ``replies_at`` says); True for each one claimed for ``owner``."""
+        if not ids:
+            return []
+        keys = [self.keys.request(t, r) for t, r in ids]
+        return [bool(v) for v in self._reclaim(keys=keys, args=[owner, max(1, lease_ms)])]
 
     def release(self, ids: list[tuple[str, str]], owner: str) -> int:
         """Drop ``owner``'s claims (its attempt died or failed before answering), so the next
@@ -177,6 +264,33 @@ class Ledger:
         if not ids:
             return 0
         return int(self._release(keys=[self.keys.request(t, r) for t, r in ids], args=[owner]))
+
+    def take_from_dead(
+        self,
+        ids: list[tuple[str, str]],
+        holders: list[str],
+        owner: str,
+        lease_ms: int,
+        beat_within_s: float,
+        buckets: list[int],
+    ) -> list[bool]:
+        """Claim for ``owner`` those of ``ids`` whose holder (``holders``: the raw claim
+        values) is an attempt computing on a worker that stopped beating: a killed worker's
+        claims need not run out first. An attempt that was *sending* keeps its claim (its
+        replies may be out; only the reply topic can tell)."""
+        if not ids:
+            return []
+        batches = sorted({h for h in holders if not h.startswith(SENDING_PREFIX)})
+        runner_of = dict(zip(batches, self.runners(batches), strict=True))
+        live = set().union(*self.live_workers(buckets, beat_within_s).values())
+        dead = {b for b, w in runner_of.items() if w is not None and w not in live}
+        take = [(key, h) for key, h in zip(ids, holders, strict=True) if h in dead]
+        if not take:
+            return [False] * len(ids)
+        keys = [self.keys.request(t, r) for (t, r), _ in take]
+        got = self._steal(keys=keys, args=[owner, max(1, lease_ms), *[h for _, h in take]])
+        taken = {key for (key, _), ok in zip(take, got, strict=True) if ok}
+        return [key in taken for key in ids]
 
     # --- cancellation ------------------------------------------------------------------------
     def cancel(self, tenant: str, request_id: str) -> None:

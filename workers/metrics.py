@@ -46,6 +46,11 @@ LOAD_STAGES = Counter(
 MODEL_ERRORS = Counter(
     "headrace_worker_model_errors_total", "Requests the model failed on", ["bucket"]
 )
+RECOVERED = Counter(
+    "headrace_worker_replies_recovered_total",
+    "Replies answered again: the ledger had them answered, but the broker had lost them "
+    "(not where it acknowledged them)",
+)
 INFO = Gauge(
     "headrace_worker_info",
     "1, labelled with what this worker is: its id, model, device and buckets",
@@ -81,6 +86,10 @@ def observe(batch_bucket: int, replies: Sequence[tuple[BatchItem, Reply]], now: 
 
 def describe(worker_id: str, model: str, device: str, buckets: Sequence[int]) -> None:
     INFO.labels(worker_id, model, device, ",".join(map(str, buckets))).set(1)
+
+
+def replies_recovered(count: int) -> None:
+    RECOVERED.inc(count)
 
 
 def stage_ended(stage: str, outcome: str) -> None:

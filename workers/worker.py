@@ -15,13 +15,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import redis
 import torch
+from cachetools import FIFOCache
 from celery import Task
 from celery.signals import worker_ready
 
@@ -32,10 +33,11 @@ from headrace.config.settings import Settings
 from headrace.health.ready import announce_ready
 from headrace.health.tracing import Headers
 from headrace.models.registry import model_spec
-from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta
+from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta, final_reply
 from headrace.schemas.topics import LANES, Topics
 from headrace.sessions.store import open_sessions
 from headrace.transport import Transport, TransportError, open_transport
+from headrace.transport.base import Delivered, Reader
 from headrace.usage.meter import Totals, UsageMeter
 from headrace.workers import metrics, tasks
 from headrace.workers.backends import EmbeddingBackend
@@ -45,7 +47,7 @@ from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.vllm_engine import VLLMBackend
 from headrace.workers.batch_runner import BatchContext, run_batch
 from headrace.workers.faults import FaultyBackend
-from headrace.workers.ledger import Ledger
+from headrace.workers.ledger import Ledger, ReplyAt
 from headrace.workers.memory_plan import plan_model
 from headrace.workers.spans import record_spans
 from headrace.workers.tasks import TASK_NAME
@@ -72,6 +74,8 @@ class TopicReplySink:
         self.transport = transport
         self.out = transport.writer(settings.reply_delivery_timeout_s, idempotent=True)
         self._known_topics: set[str] = set()
+        self._checker: Reader | None = None  # reads replies back (``missing``)
+        self._confirmed: FIFOCache[tuple[ReplyAt, str], None] = FIFOCache(maxsize=100_000)
 
     def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
         if topic not in self._known_topics:
@@ -80,8 +84,51 @@ class TopicReplySink:
         value = reply.model_dump_json().encode()
         self.out.send(topic, value, key=reply.request_id.encode(), headers=headers)
 
-    def flush(self) -> None:
-        self.out.flush()
+    def flush(self) -> list[Delivered]:
+        return self.out.flush()
+
+    def missing(self, checks: Sequence[tuple[ReplyAt, str]]) -> list[bool]:
+        """For each (where a reply landed, its request id): is that reply not there? Read
+        back with one reader kept for it, one pass per partition from the lowest offset
+        asked; a reply found once is not read again."""
+        out = [False] * len(checks)
+        wanted: dict[tuple[str, int], dict[int, list[tuple[int, str]]]] = {}
+        for i, (at, request_id) in enumerate(checks):
+            if (at, request_id) not in self._confirmed:
+                wanted.setdefault((at.topic, at.partition), {}).setdefault(at.offset, []).append(
+                    (i, request_id)
+                )
+        for (topic, partition), offsets in wanted.items():
+            found = self._read_back(topic, partition, set(offsets))
+            for offset, asked in offsets.items():
+                reply = final_reply(found.get(offset, b""))
+                for i, request_id in asked:
+                    if reply is not None and reply.request_id == request_id:
+                        self._confirmed[(ReplyAt(topic, partition, offset), request_id)] = None
+                    else:
+                        out[i] = True
+        return out
+
+    def _read_back(self, topic: str, partition: int, offsets: set[int]) -> dict[int, bytes]:
+        if self._checker is None:
+            self._checker = self.transport.reader()
+        tp = (topic, partition)
+        self._checker.assign([topic], start="beginning")
+        self._checker.seek(tp, min(offsets))
+        found: dict[int, bytes] = {}
+        last, idle = max(offsets), 0
+        while idle < 2:
+            records = self._checker.poll(500).get(tp, [])
+            if not records:
+                end = self._checker.highwater(tp)
+                if end is not None and end <= last:
+                    break  # the log ends before the last offset asked: the rest is gone
+                idle += 1
+                continue
+            found.update({r.offset: r.value for r in records if r.offset in offsets})
+            if records[-1].offset >= last:
+                break
+        return found
 
 
 def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
@@ -232,6 +279,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         worker_id=worker_id,
         claim_ms=int(settings.lease_base_s * 1000),
         sending_ms=int((settings.reply_delivery_timeout_s + 30) * 1000),
+        heartbeat_s=settings.worker_heartbeat_s,
+        buckets=list(settings.buckets),
         sessions=open_sessions(settings) if spec.task == "generate" else None,
         after_delivery=after_delivery(UsageMeter(redis_client, settings.topic_prefix)),
         before_delivery=ResultWriter(

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import pytest
 import redis
 
 from headrace import connections
@@ -57,24 +56,15 @@ class Outcome:
     lost_claims: dict[str, int] = field(default_factory=dict)
     # lost requests whose request record is on a request topic (the dispatcher could read it)
     lost_requests_on_topic: int = 0
+    resent: int = 0  # requests the client produced again (not answered in client_resend_after_s)
+    last_reply_at: float = float("nan")  # time.monotonic() of the last reply
 
     def assert_clean(self) -> None:
-        """No duplicates, nothing lost. A loss the broker caused is reported as xfail with
-        the figures, not as a pipeline failure (tansu; see README 'Faults'): replies the
-        ledger has as answered (acknowledged) that are not on the reply topic, or requests
-        never claimed whose acknowledged records are on no request topic. Any other loss
-        fails."""
+        """No duplicates, nothing lost: also where the broker lost acknowledged writes
+        (tansu on S3 storage has), since the client resends what it was not answered, and
+        a reply the ledger has as answered that is not where the broker acknowledged it is
+        answered again. The figures say what was lost and how far it got."""
         assert self.duplicates == 0, self
-        if self.lost and set(self.lost_claims) == {"answered"}:
-            pytest.xfail(
-                f"the broker lost {self.lost} acknowledged replies (the ledger has them "
-                f"answered; none is on the reply topic): {self}"
-            )
-        if self.lost and set(self.lost_claims) == {"unknown"} and not self.lost_requests_on_topic:
-            pytest.xfail(
-                f"the broker lost {self.lost} acknowledged requests (never claimed; none is "
-                f"on a request topic): {self}"
-            )
         assert self.lost == 0, self
 
     def record(self) -> None:
@@ -120,6 +110,10 @@ class Run:
             except TimeoutError:
                 out.append(None)
         return out
+
+    def last_reply_at(self) -> float:
+        with self._lock:
+            return max(self.arrivals, default=float("nan"))
 
     def all_answered_s(self, fault_at: float) -> float:
         """From the fault to the last reply (0 if every reply came before it)."""
@@ -277,8 +271,8 @@ def run_with_fault(
     ``mid_run``: the fault must land before the last reply, or the run proves nothing;
     ``dispatchers``: how many share the bucket topics (one consumer group)."""
     settings = Settings(topic_prefix=prefix)
-    if broker is not None:
-        settings = Settings(topic_prefix=prefix, kafka_bootstrap=broker)
+    if broker is not None:  # resend sooner what the broker may have lost
+        settings = Settings(topic_prefix=prefix, kafka_bootstrap=broker, client_resend_after_s=20)
         env = {**env, "HEADRACE_KAFKA_BOOTSTRAP": broker}
     penv = pipeline_env(prefix, **{**FAST_FAULTS, **env})
     with (
@@ -303,6 +297,7 @@ def run_with_fault(
             replies,
             all_answered_s=run.all_answered_s(fault_at),
         )
+        outcome.resent, outcome.last_reply_at = client.resent, run.last_reply_at()
         if outcome.lost or outcome.duplicates:
             print_log_tails(pipeline)
         assert_serves(client, pipeline)

@@ -8,7 +8,7 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.messages import Completion, RecordRef
-from headrace.workers.ledger import ClaimState, Ledger
+from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
 
 
 def make_ledger(stack: LocalStack) -> Ledger:
@@ -100,3 +100,37 @@ def test_running_batches_and_epoch(stack: LocalStack) -> None:
     assert first == "e1" and ledger.epoch("e2") == "e1"  # set once
     ledger.redis.delete(ledger.keys.epoch)  # what a Redis that lost its data looks like
     assert ledger.epoch("e3") == "e3"
+
+
+def test_where_a_reply_landed_is_kept_and_a_lost_one_is_claimed_again(stack: LocalStack) -> None:
+    ledger = make_ledger(stack)
+    ids = [("acme", "r1"), ("acme", "r2"), ("acme", "r3")]
+    at = ReplyAt("t.replies.default", 0, 41)
+    ledger.mark_answered(ids[:2], where={ids[0]: at})
+    assert ledger.replies_at(ids) == [at, None, None]  # r2: no place recorded
+    # r1's reply is gone: claimed again for the batch answering it now; r3 was never
+    # answered, so it is not taken from whoever may hold it
+    assert ledger.reclaim([ids[0], ids[2]], "batch-z", 10_000) == [True, False]
+    assert ledger.holders(ids[:1]) == ["batch-z"]
+    assert ledger.claim(ids[:1], "batch-y", 10_000) == [ClaimState.busy]
+    finished = Completion(batch_id="batch-z", done=[RecordRef(topic="t", partition=0, offset=1)])
+    again = ReplyAt("t.replies.default", 0, 97)
+    ledger.finish_batch(ids[:1], "d1", finished, where={ids[0]: again})
+    assert ledger.replies_at(ids[:1]) == [again] and ledger.holders(ids[:1]) == ["answered"]
+    assert ReplyAt.decode(again.encode().encode()) == again  # topic names may hold ':'
+
+
+def test_a_dead_workers_computing_claims_are_taken_but_not_its_sending_ones(
+    stack: LocalStack,
+) -> None:
+    ledger = make_ledger(stack)
+    ids = [("acme", "c1"), ("acme", "s1"), ("acme", "l1")]
+    ledger.claim(ids[:2], "batch-dead", 10_000, worker_id="w-dead")
+    ledger.begin_send(ids[1:2], "batch-dead", 10_000)  # s1's reply may be out
+    ledger.claim(ids[2:], "batch-live", 10_000, worker_id="w-live")
+    ledger.heartbeat("w-live", [16])  # w-dead never beats again
+    holders = [h or "" for h in ledger.holders(ids)]
+    assert holders == ["batch-dead", "sending:batch-dead", "batch-live"]
+    taken = ledger.take_from_dead(ids, holders, "batch-new", 10_000, 5.0, [16])
+    assert taken == [True, False, False]
+    assert ledger.holders(ids) == ["batch-new", "sending:batch-dead", "batch-live"]

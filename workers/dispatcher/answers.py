@@ -16,7 +16,7 @@ from headrace.schemas.messages import RecordRef, Reply
 from headrace.schemas.topics import Topics
 from headrace.transport.base import DeliveryError, Writer
 from headrace.workers.dispatcher.events import Answer, Forward, RequestKey
-from headrace.workers.ledger import ClaimState, Ledger
+from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,8 @@ class Answerer:
         self.topics = topics
         self.owner = owner
         self._sent: list[RecordRef] = []  # done once the writer has flushed ...
-        self._to_mark: list[RequestKey] = []  # ... and these are then marked answered
+        # ... and these are then marked answered, with where their replies landed
+        self._to_mark: list[tuple[RequestKey, str]] = []
 
     @property
     def pending(self) -> bool:
@@ -61,7 +62,7 @@ class Answerer:
                 )
             except Exception:  # an unusable reply_to (bad topic name): the dead letter has it
                 log.exception("could not send error reply to %r", action.reply_to)
-            self._to_mark.append(action.key)
+            self._to_mark.append((action.key, action.reply_to))
         self._sent.append(action.ref)
         return True
 
@@ -78,13 +79,19 @@ class Answerer:
         if not self._sent and not self._to_mark:
             return []
         try:
-            self.writer.flush()
+            delivered = self.writer.flush()
         except DeliveryError as exc:
             log.warning("error replies not delivered yet (%s); trying again", exc)
             return []
         if self._to_mark:
+            landed = {(d.topic, d.key): d for d in delivered}
+            where = {
+                key: ReplyAt(d.topic, d.partition, d.offset)
+                for key, topic in self._to_mark
+                if (d := landed.get((topic, key[1].encode()))) is not None
+            }
             try:
-                self.ledger.mark_answered(self._to_mark)
+                self.ledger.mark_answered([key for key, _ in self._to_mark], where)
                 self._to_mark = []
             except REDIS_ERRORS:
                 log.warning("answered marks wait for Redis", exc_info=True)

@@ -27,7 +27,9 @@ from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.batcher import DynamicBatcher
 from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.bulk_share import BulkShare
 from headrace.workers.dispatcher.config import CoreConfig
+from headrace.workers.dispatcher.deferrals import Deferrals
 from headrace.workers.dispatcher.flights import (
     DispatcherStats,
     Flights,
@@ -35,7 +37,7 @@ from headrace.workers.dispatcher.flights import (
     Pending,
     ref_key,
 )
-from headrace.workers.dispatcher.lanes import BucketLanes, next_lane
+from headrace.workers.dispatcher.lanes import next_lane
 from headrace.workers.dispatcher.observer import Observer
 from headrace.workers.dispatcher.quotas import Quotas
 from headrace.workers.dispatcher.records import RecordsIn
@@ -90,7 +92,8 @@ class DispatcherCore:
         )
         self.workload = Workload(config.buckets, config.scaling_prior_tokens_per_s)
         self.paused: set[tuple[int, Lane]] = set()  # (bucket, lane) whose topic is paused
-        self._bulk_moved: dict[int, float] = {}  # bucket -> since when its bulk waits
+        self.bulk_share = BulkShare(config, self.flights, clock)
+        self.deferrals = Deferrals(clock)
         self._turn = 0
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
@@ -118,7 +121,7 @@ class DispatcherCore:
         out: list[ev.Action] = []
         match event:
             case ev.RecordsRead():
-                self.records_in.read(event.records, event.wall_time, out)
+                self.records_in.read(event.records, event.wall_time, out, event.answered)
             case ev.Cancelled():
                 for key in event.keys:
                     self.cancelled[key] = None
@@ -227,6 +230,7 @@ class DispatcherCore:
     # --- batches out ---------------------------------------------------------------------------
     def _tick(self, out: list[ev.Action]) -> None:
         self._exhaust(self.recovery.check_leases(self.live), out)
+        self._release_held()
         self._flush_due(out)
         if self.quotas.due():
             out.append(ev.SyncLimits(*self.quotas.take_unsynced()))
@@ -245,57 +249,25 @@ class DispatcherCore:
                 batch = self.batchers[bucket, lane].due(idle=idle)
                 if batch:
                     self.flights.queue(bucket, batch)
-            while (chosen := next_lane(self._lanes_of(bucket), self.config.lanes)) is not None:
+            while (
+                chosen := next_lane(self.bulk_share.lanes_of(bucket, self.live), self.config.lanes)
+            ) is not None:
                 pendings = self.flights.next_ready(bucket, chosen)
                 assert pendings is not None
                 if chosen == "bulk":
-                    self._bulk_moved[bucket] = self.clock()
-                pendings = self._drop_cancelled(bucket, pendings, out)
+                    self.bulk_share.moved(bucket)
+                if self.cancelled:  # cancelled while it waited: answered, not sent
+                    keep = [p for p in pendings if p.key not in self.cancelled]
+                    for p in pendings:
+                        if p.key in self.cancelled:
+                            self.stats.cancelled += 1
+                            out.append(self.refusals.cancelled(p, bucket))
+                    pendings = keep
                 if pendings:
                     out.append(self._dispatch(bucket, pendings))
-            if not self.flights.ready_count(bucket, "bulk"):
-                self._bulk_moved.pop(bucket, None)  # nothing waits: nothing starves
+            self.bulk_share.settled(bucket)
             for lane in LANES:
                 self._set_paused(bucket, lane, bool(self.flights.ready_count(bucket, lane)), out)
-
-    def _bulk_sharing(self, bucket: int) -> int:
-        """Bulk batches in flight of the buckets that share a live worker with ``bucket``."""
-        mine = self.live.get(bucket, frozenset())
-        return sum(
-            self.flights.in_flight_count(other, "bulk")
-            for other in self.config.buckets
-            if other == bucket or mine & self.live.get(other, frozenset())
-        )
-
-    def _lanes_of(self, bucket: int) -> BucketLanes:
-        """The bucket's state for the lane policy. A bucket's bulk lane waits from when it
-        had a batch ready and none went out, or from its last bulk batch sent."""
-        waiting = self.flights.ready_count(bucket, "bulk") > 0
-        if waiting:
-            self._bulk_moved.setdefault(bucket, self.clock())
-        return BucketLanes(
-            online_ready=bool(self.flights.ready_count(bucket, "online")),
-            bulk_ready=waiting,
-            in_flight=self.flights.in_flight_count(bucket),
-            bulk_on_its_workers=self._bulk_sharing(bucket),
-            max_inflight=self.config.max_inflight_batches_per_bucket,
-            live_workers=len(self.live.get(bucket, ())),
-            bulk_waited_s=self.clock() - self._bulk_moved[bucket] if waiting else None,
-        )
-
-    def _drop_cancelled(
-        self, bucket: int, pendings: list[Pending], out: list[ev.Action]
-    ) -> list[Pending]:
-        if not self.cancelled:
-            return pendings
-        keep = []
-        for p in pendings:
-            if p.key not in self.cancelled:
-                keep.append(p)
-                continue
-            self.stats.cancelled += 1
-            out.append(self.refusals.cancelled(p, bucket))
-        return keep
 
     def _dispatch(self, bucket: int, pendings: list[Pending]) -> ev.SendBatch:
         attempt = 1 + max(p.failures for p in pendings)
@@ -360,11 +332,19 @@ class DispatcherCore:
             )
             for ref in completion.done:
                 flight.pending.pop(ref_key(ref), None)
+            for ref in completion.deferred:
+                self.deferrals.hold(flight.bucket, flight.pending.pop(ref_key(ref), None))
             if flight.lane == "online":
                 self.quotas.answered(flight.bucket, len(completion.done))
             self.flights.uncount(flight)
             if not flight.pending:
                 self.flights.take(completion.batch_id)
+
+    def _release_held(self) -> None:
+        for bucket, pending in self.deferrals.due():  # batched again with what else waits
+            if self.flights.alive([pending]):
+                for batch in self.batchers[bucket, pending.lane].add(pending, pending.tokens):
+                    self.flights.queue(bucket, batch)
 
     # --- recovery's outcomes -------------------------------------------------------------------
     def _workers_seen(self, event: ev.WorkersSeen, out: list[ev.Action]) -> None:
@@ -397,7 +377,8 @@ class DispatcherCore:
                 dropped += batcher.drain(lambda p: p.partition not in gone)
             return dropped
 
-        self.flights.forget(partitions, drain)
+        held = self.deferrals.forget(set(partitions))
+        self.flights.forget(partitions, lambda gone: drain(gone) + held)
 
     def _set_paused(self, bucket: int, lane: Lane, pause: bool, out: list[ev.Action]) -> None:
         if pause == ((bucket, lane) in self.paused):

@@ -32,6 +32,9 @@ class RecordsRead:
 
     records: Mapping[Partition, Sequence[Record]]
     wall_time: float
+    # of these records' requests, those the ledger has as answered (looked up for records
+    # produced before this dispatcher held their partition: a predecessor's backlog)
+    answered: frozenset[RequestKey] = frozenset()
 
 
 @dataclass(frozen=True)

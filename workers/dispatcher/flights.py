@@ -28,6 +28,7 @@ class Pending:
     failures: int = 0  # batches of this request that crashed or ran past their lease
     solo_failures: int = 0  # ... of those, the ones where it was alone in its batch
     lane: Lane = "online"  # the lane of the topic its record came from
+    deferrals: int = 0  # times a worker found another attempt answering it
 
     @property
     def key(self) -> RequestKey:
@@ -56,6 +57,7 @@ class DispatcherStats:
     malformed: int = 0
     rejected: int = 0
     duplicates: int = 0
+    already_answered: int = 0  # read again after a takeover, found answered in the ledger
     forwarded: int = 0
     batches: int = 0
     redispatched: int = 0

@@ -63,10 +63,17 @@ class RecordsIn:
         self.observer = observer
         self.count_tokens = count_tokens
         self.gaps = Gaps()
+        self._answered: frozenset[ev.RequestKey] = frozenset()
 
     def read(
-        self, polled: Mapping[Partition, Sequence[Record]], wall_time: float, out: list[ev.Action]
+        self,
+        polled: Mapping[Partition, Sequence[Record]],
+        wall_time: float,
+        out: list[ev.Action],
+        answered: frozenset[ev.RequestKey] = frozenset(),
     ) -> None:
+        """``answered``: requests the ledger has as answered (done at once, not batched)."""
+        self._answered = answered
         for partition, records in polled.items():
             if self._skipped(partition, records, out):
                 continue
@@ -104,6 +111,11 @@ class RecordsIn:
             self._reject(record, ref, parsed, out)
             return
         request, here = parsed, self.bucket_of_topic[record.topic]
+        if request.key in self._answered and not self.flights.is_waiting(request.key):
+            self.stats.already_answered += 1  # answered while no dispatcher held it
+            self.observer.record("already_answered")
+            self.flights.tracker.done(record.tp, ref.offset)
+            return
         tokens = 0  # a model not served here is answered by admission
         if request.model in self.config.served:
             way = route(

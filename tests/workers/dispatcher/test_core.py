@@ -5,6 +5,7 @@ shell around it."""
 from __future__ import annotations
 
 from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import Completion
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.health import HealthPolicy
 from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of, ref
@@ -330,3 +331,44 @@ def test_a_bucket_whose_model_keeps_failing_answers_unavailable_for_a_while() ->
     rig.complete(send, failed=4)  # min_requests 4, every one a model error
     [answer] = of(ev.Answer, rig.read(rig.request("r9")))
     assert answer.error.code is ErrorCode.unavailable and "failing" in answer.error.message
+
+
+def test_a_request_another_attempt_holds_is_sent_again_after_a_backoff_not_its_lease() -> None:
+    rig = Rig()
+    rig.workers()
+    rig.read(rig.request("held"), rig.request("free"))
+    [send] = of(ev.SendBatch, rig.tick(0.05))
+    done = [i.ref for i in send.batch.items if i.request.request_id == "free"]
+    deferred = [i.ref for i in send.batch.items if i.request.request_id == "held"]
+    rig.handle(
+        ev.CompletionsRead([Completion(batch_id=send.batch.batch_id, done=done, deferred=deferred)])
+    )
+    assert of(ev.SendBatch, rig.tick(0.1)) == []  # not at once: the other attempt is at it
+    [again] = of(ev.SendBatch, rig.tick(0.2))  # 0.25 s later, well before the 10 s lease
+    assert ids(again) == ["held"] and again.batch.attempt == 1  # a deferral is no failure
+    rig.handle(
+        ev.CompletionsRead([Completion(batch_id=again.batch.batch_id, done=[], deferred=deferred)])
+    )
+    assert of(ev.SendBatch, rig.tick(0.3)) == []  # the backoff doubles
+    [third] = of(ev.SendBatch, rig.tick(0.25))
+    rig.complete(third)
+    assert rig.core.flights.waiting_count() == 0
+    commits = of(ev.Commit, rig.tick(0.2))
+    assert commits and max(commits[-1].offsets.values()) == 2  # both records done
+
+
+def test_requests_answered_while_no_dispatcher_held_them_are_done_at_once() -> None:
+    rig = Rig()
+    rig.workers()
+    records = [rig.request(f"r{i}") for i in range(4)]
+    answered = frozenset({("acme", "r0"), ("acme", "r2")})  # the ledger says so
+    polled = {records[0].tp: records}
+    out = rig.handle(ev.RecordsRead(polled, rig.wall, answered))
+    out += rig.tick(0.05)
+    [send] = of(ev.SendBatch, out)
+    assert ids(send) == ["r1", "r3"]  # only the unanswered are sent again
+    assert of(ev.Answer, out) == []  # and nothing is answered twice
+    assert rig.core.stats.already_answered == 2
+    rig.complete(send)
+    commits = of(ev.Commit, rig.tick(0.2))
+    assert commits and max(commits[-1].offsets.values()) == 4
