@@ -74,25 +74,10 @@ return out
 """
 SENDING_PREFIX = "sending:"
 
-# Claim again, for ARGV[1] for ARGV[2] ms, each request still marked answered: its reply is
-# not where the ledger says it went (the broker lost an acknowledged write). Says which.
-_RECLAIM = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == 'answered' then
-    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-"""
-
-
-# Take each claim still held by ARGV[i + 2] (a dead worker's attempt, computing: it sent
-# nothing) for ARGV[1]. Says which.
-_STEAL = """
+# Take for ARGV[1], for ARGV[2] ms, each claim whose value is still ARGV[i + 2]: "answered"
+# (its reply was lost by the broker), or a dead worker's attempt that was computing (it sent
+# nothing). Says which.
+_TAKE = """
 local out = {}
 for i, key in ipairs(KEYS) do
   if redis.call('GET', key) == ARGV[i + 2] then
@@ -169,8 +154,7 @@ class Ledger:
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
         self._begin_send = client.register_script(_BEGIN_SEND)
-        self._reclaim = client.register_script(_RECLAIM)
-        self._steal = client.register_script(_STEAL)
+        self._take = client.register_script(_TAKE)
 
     # --- idempotency by (tenant, request_id) -------------------------------------------------
     def claim(
@@ -256,7 +240,8 @@ class Ledger:
         if not ids:
             return []
         keys = [self.keys.request(t, r) for t, r in ids]
-        return [bool(v) for v in self._reclaim(keys=keys, args=[owner, max(1, lease_ms)])]
+        got = self._take(keys=keys, args=[owner, max(1, lease_ms), *[ANSWERED] * len(ids)])
+        return [bool(v) for v in got]
 
     def release(self, ids: list[tuple[str, str]], owner: str) -> int:
         """Drop ``owner``'s claims (its attempt died or failed before answering), so the next
@@ -288,7 +273,7 @@ class Ledger:
         if not take:
             return [False] * len(ids)
         keys = [self.keys.request(t, r) for (t, r), _ in take]
-        got = self._steal(keys=keys, args=[owner, max(1, lease_ms), *[h for _, h in take]])
+        got = self._take(keys=keys, args=[owner, max(1, lease_ms), *[h for _, h in take]])
         taken = {key for (key, _), ok in zip(take, got, strict=True) if ok}
         return [key in taken for key in ids]
 
