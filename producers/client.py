@@ -36,8 +36,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal
@@ -53,21 +51,19 @@ from headrace.models.registry import model_spec
 from headrace.models.tokenizer import count_tokens
 from headrace.producers.generation import GenerationMixin
 from headrace.producers.resend import Resender, Unanswered
+from headrace.producers.submission import Submission, embedding_of
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
     EmptyInputError,
     InputTooLongError,
     InvalidRequestError,
-    ReplyTimeoutError,
-    RequestFailedError,
     RequestTooLargeError,
     input_too_long,
 )
 from headrace.schemas.messages import (
     CacheDirective,
     Control,
-    EmbeddingResult,
     EmbedParams,
     GenerateParams,
     Reply,
@@ -81,21 +77,6 @@ log = logging.getLogger(__name__)
 
 # Envelope bytes a request's JSON adds to its text (ids, topic, times), generously rounded up.
 ENVELOPE_BYTES = 2048
-
-
-@dataclass(frozen=True)
-class Submission:
-    request: Request
-    bucket: int
-    future: Future[Reply]
-
-    def result(self, timeout_s: float | None = None) -> Reply:
-        try:
-            return self.future.result(timeout=timeout_s)
-        except FutureTimeout as exc:
-            raise ReplyTimeoutError(
-                f"no reply for {self.request.request_id} within {timeout_s}s"
-            ) from exc
 
 
 class Client(GenerationMixin):
@@ -323,7 +304,7 @@ class Client(GenerationMixin):
     ) -> list[list[float]]:
         """Embeddings of ``texts`` in order; raises RequestFailedError on an error reply."""
         submissions = self.submit_many(texts, **options)
-        return [_embedding(s.result(wait_s)) for s in submissions]
+        return [embedding_of(s.result(wait_s)) for s in submissions]
 
     async def aembed(
         self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
@@ -332,7 +313,7 @@ class Client(GenerationMixin):
         replies = await asyncio.wait_for(
             asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), wait_s
         )
-        return [_embedding(r) for r in replies]
+        return [embedding_of(r) for r in replies]
 
     async def asubmit(self, text: str, **options: Any) -> Reply:
         submission = await asyncio.to_thread(self.submit, text, **options)
@@ -400,10 +381,3 @@ class Client(GenerationMixin):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _embedding(reply: Reply) -> list[float]:
-    if reply.error is not None:
-        raise RequestFailedError(reply.request_id, reply.error)
-    assert isinstance(reply.result, EmbeddingResult)
-    return reply.result.embedding

@@ -18,7 +18,7 @@ from headrace.schemas.messages import GenerateParams, GenerationResult, Reply, R
 
 if TYPE_CHECKING:
     from headrace.consumers.replies import ReplyListener
-    from headrace.producers.client import Submission
+    from headrace.producers.submission import Submission
 
 
 class _Client(Protocol):

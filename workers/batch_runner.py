@@ -38,9 +38,9 @@ from headrace.schemas.messages import (
 from headrace.sessions.prompt import exchange, render_prompt
 from headrace.sessions.store import SessionStore
 from headrace.transport.base import Delivered
-from headrace.workers import metrics
 from headrace.workers.admission import admission_error
 from headrace.workers.backends.base import Backend, EncodedItem, GenerativeBackend, ModelBackend
+from headrace.workers.claims import lost_replies, ref_key, take_from_dead
 from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
 
 log = logging.getLogger(__name__)
@@ -91,14 +91,14 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     deferred: list[RecordRef] = []
     fresh: list[BatchItem] = []
     replies: list[tuple[BatchItem, Reply]] = []
-    states = _take_from_dead(batch, states, ctx)
-    found_lost = _lost_replies(
+    states = take_from_dead(batch, states, ctx)
+    found_lost = lost_replies(
         [i for i, st in zip(batch.items, states, strict=True) if st is ClaimState.answered],
         batch.batch_id,
         ctx,
     )
     for item, state in zip(batch.items, states, strict=True):
-        if state is ClaimState.answered and _ref_key(item.ref) not in found_lost:
+        if state is ClaimState.answered and ref_key(item.ref) not in found_lost:
             already.append(item.ref)
         elif state is ClaimState.busy:
             deferred.append(item.ref)
@@ -149,71 +149,6 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     )
     ctx.ledger.finish_batch(answering, batch.dispatcher_id, completion, where)
     return completion
-
-
-def _take_from_dead(batch: Batch, states: list[ClaimState], ctx: BatchContext) -> list[ClaimState]:
-    """Requests another attempt holds (``busy``): those held by an attempt whose worker is
-    dead (it stopped beating mid-batch) are taken now and computed here."""
-    busy = [i for i, st in enumerate(states) if st is ClaimState.busy]
-    if not busy or ctx.heartbeat_s is None:
-        return states
-    ids = [(batch.items[i].request.tenant, batch.items[i].request.request_id) for i in busy]
-    holders = ctx.ledger.holders(ids)
-    known = [(i, key, h) for i, key, h in zip(busy, ids, holders, strict=True) if h is not None]
-    taken = ctx.ledger.take_from_dead(
-        [key for _, key, _ in known],
-        [h for _, _, h in known],
-        owner=batch.batch_id,
-        lease_ms=ctx.claim_ms,
-        beat_within_s=3 * ctx.heartbeat_s,
-        buckets=ctx.buckets,
-    )
-    out = list(states)
-    for (i, key, holder), ok in zip(known, taken, strict=True):
-        if ok:
-            log.warning("took %s/%s from dead attempt %s", *key, holder)
-            out[i] = ClaimState.fresh
-    return out
-
-
-def _ref_key(ref: RecordRef) -> tuple[str, int, int]:
-    return (ref.topic, ref.partition, ref.offset)
-
-
-def _lost_replies(
-    items: list[BatchItem], owner: str, ctx: BatchContext
-) -> set[tuple[str, int, int]]:
-    """Of requests the ledger has as answered (a resend came), those whose reply is not
-    where the broker acknowledged it (a broker that lost an acknowledged write: seen with
-    tansu), claimed again for ``owner`` to be answered now. Read back only for resends, so
-    it costs nothing on the normal path."""
-    if not items:
-        return set()
-    ids = [(i.request.tenant, i.request.request_id) for i in items]
-    known = [
-        (item, key, at)
-        for item, key, at in zip(items, ids, ctx.ledger.replies_at(ids), strict=True)
-        if at is not None
-    ]
-    checks = [(at, item.request.request_id) for item, _, at in known]
-    gone = [
-        (item, key)
-        for (item, key, _), missing in zip(known, ctx.sink.missing(checks), strict=True)
-        if missing
-    ]
-    if not gone:
-        return set()
-    claimed = ctx.ledger.reclaim([key for _, key in gone], owner, ctx.claim_ms)
-    lost = {_ref_key(item.ref) for (item, _), ok in zip(gone, claimed, strict=True) if ok}
-    for item, _ in gone:
-        log.warning(
-            "the reply to %s/%s is not on %s where the broker acknowledged it: answered again",
-            item.request.tenant,
-            item.request.request_id,
-            item.request.reply_to,
-        )
-    metrics.replies_recovered(len(lost))
-    return lost
 
 
 CANCELLED = ErrorInfo(code=ErrorCode.cancelled, message="cancelled")

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from headrace.config.settings import Settings
     from headrace.consumers.replies import stream_replies
-    from headrace.producers.client import Client, Submission
+    from headrace.producers.client import Client
+    from headrace.producers.submission import Submission
     from headrace.schemas.errors import (
         BackpressureError,
         EmptyInputError,
@@ -45,7 +46,8 @@ __version__ = "0.1.0"
 _MODULES = {
     "headrace.config.settings": ("Settings",),
     "headrace.consumers.replies": ("stream_replies",),
-    "headrace.producers.client": ("Client", "Submission"),
+    "headrace.producers.client": ("Client",),
+    "headrace.producers.submission": ("Submission",),
     "headrace.schemas.errors": (
         "BackpressureError",
         "EmptyInputError",

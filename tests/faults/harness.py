@@ -20,7 +20,8 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.ops.processes import Pipeline
 from headrace.ops.sample_texts import long_tail_texts
-from headrace.producers.client import Client, Submission
+from headrace.producers.client import Client
+from headrace.producers.submission import Submission
 from headrace.schemas.messages import Reply
 from headrace.schemas.topics import Topics
 from headrace.workers.ledger import Ledger
