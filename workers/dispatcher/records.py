@@ -63,7 +63,6 @@ class RecordsIn:
         self.observer = observer
         self.count_tokens = count_tokens
         self.gaps = Gaps()
-        self._answered: frozenset[ev.RequestKey] = frozenset()
 
     def read(
         self,
@@ -73,7 +72,6 @@ class RecordsIn:
         answered: frozenset[ev.RequestKey] = frozenset(),
     ) -> None:
         """``answered``: requests the ledger has as answered (done at once, not batched)."""
-        self._answered = answered
         for partition, records in polled.items():
             if self._skipped(partition, records, out):
                 continue
@@ -82,7 +80,7 @@ class RecordsIn:
             counts = iter(self.count_tokens([r.input for r in requests]) if requests else [])
             for record, request in zip(records, parsed, strict=True):
                 counted = next(counts) if isinstance(request, Request) else 0
-                self._record(record, request, counted, wall_time, out)
+                self._record(record, request, counted, wall_time, out, answered)
 
     def _skipped(
         self, partition: Partition, records: Sequence[Record], out: list[ev.Action]
@@ -103,6 +101,7 @@ class RecordsIn:
         counted: int,
         wall_time: float,
         out: list[ev.Action],
+        answered: frozenset[ev.RequestKey],
     ) -> None:
         ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
         self.flights.tracker.track(record.tp, ref.offset)
@@ -111,7 +110,7 @@ class RecordsIn:
             self._reject(record, ref, parsed, out)
             return
         request, here = parsed, self.bucket_of_topic[record.topic]
-        if request.key in self._answered and not self.flights.is_waiting(request.key):
+        if request.key in answered and not self.flights.is_waiting(request.key):
             self.stats.already_answered += 1  # answered while no dispatcher held it
             self.observer.record("already_answered")
             self.flights.tracker.done(record.tp, ref.offset)

@@ -24,6 +24,7 @@ import redis
 from headrace.limits.policy import TenantLimits, TenantUsage, second_of, window_of
 
 RATE_TTL_S = 5
+_UNREAD = object()  # the overrides' version before the first read
 BACKLOG_FRESH_S = 3.0
 BACKLOG_FORGOTTEN_S = 60.0
 
@@ -50,7 +51,7 @@ class LimitsStore:
         self._version_key = f"{prefix}:limits:version"
         self._backlog_key = f"{prefix}:backlog"
         self._overrides: dict[str, TenantLimits] = {}
-        self._overrides_version: bytes | None = None
+        self._overrides_version: object = _UNREAD
 
     # --- per-tenant overrides ------------------------------------------------------------------
     def set_limits(self, tenant: str, limits: TenantLimits) -> None:
@@ -68,13 +69,13 @@ class LimitsStore:
 
     def overrides(self) -> dict[str, TenantLimits]:
         """Every tenant's override; the hash is read again only when its version moved."""
-        version = self.redis.get(self._version_key)
-        if version is None or version != self._overrides_version:
+        version = self.redis.get(self._version_key)  # None until the first edit: none yet
+        if version != self._overrides_version:
             raw = self.redis.hgetall(self._limits_key)
             self._overrides = {
                 _text(t): TenantLimits(**json.loads(_text(v))) for t, v in raw.items()
             }
-            self._overrides_version = version if isinstance(version, bytes) else None
+            self._overrides_version = version
         return dict(self._overrides)
 
     # --- counts ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ dispatcher within a quarter second), and each bucket's backlog against its bound
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -12,11 +13,14 @@ from rich.table import Table
 from headrace.config.settings import Settings
 from headrace.health.reach import require
 
+if TYPE_CHECKING:
+    from headrace.limits.store import LimitsStore
+
 limits = typer.Typer(help="Per-tenant rate limits and token quotas; backlog bounds.")
 console = Console()
 
 
-def _store(settings: Settings):  # type: ignore[no-untyped-def]
+def _store(settings: Settings) -> LimitsStore:
     from headrace import connections
     from headrace.limits.store import LimitsStore
 
@@ -54,6 +58,8 @@ def limits_clear(tenant: str = typer.Argument(..., help="the tenant")) -> None:
 @limits.command("show")
 def limits_show() -> None:
     """Every tenant with limits of its own, what it used, and each bucket's backlog."""
+    from headrace.limits.policy import request_rate, window_of
+
     settings = Settings()
     store = _store(settings)
     wall = time.time()
@@ -67,8 +73,6 @@ def limits_show() -> None:
         str(settings.tenant_tokens_per_window),
         "",
     )
-    from headrace.limits.policy import request_rate, window_of
-
     for tenant, own in sorted(store.overrides().items()):
         usage = store.usage(tenant, wall)
         used = usage.tokens.get(window_of(wall, settings.quota_window_s), 0)
