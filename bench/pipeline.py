@@ -175,7 +175,7 @@ def run_pipeline(
 def counting_us(texts: list[str], model: str, poll: int = 32) -> float:
     """What the dispatcher's own token count costs, per request: the model's tokenizer over
     ``texts`` in polls of ``poll`` records (its first call loads the tokenizer: not timed)."""
-    count = token_counter(model)
+    count = token_counter(Settings(model=model))
     count(texts[:1])
     start = time.perf_counter()
     for i in range(0, len(texts), poll):

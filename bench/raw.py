@@ -20,7 +20,7 @@ Groups = list[list[str]]
 
 def _backend(settings: Settings) -> Any:
     from headrace.workers.backends.base import Backend
-    from headrace.workers.worker import load_backend
+    from headrace.workers.loading import load_backend
 
     return cast(Backend, load_backend(settings, settings.buckets))
 

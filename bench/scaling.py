@@ -142,7 +142,7 @@ def measure_seconds_per_request(count: int = 400) -> float:
     """MiniLM, one torch thread, the long-tail mix in batches sorted by length (about what
     the dispatcher forms)."""
     from headrace.ops.sample_texts import long_tail_texts
-    from headrace.workers.worker import load_backend
+    from headrace.workers.loading import load_backend
 
     settings = Settings(torch_threads=1)
     backend = load_backend(settings, [settings.buckets[0]])

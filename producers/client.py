@@ -47,8 +47,8 @@ from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.consumers.replies import ReplyListener
 from headrace.health.tracing import headers_of, submitting
 from headrace.limits.gate import Gate
-from headrace.models.registry import model_spec
-from headrace.models.tokenizer import count_tokens
+from headrace.models.registry import resolve
+from headrace.models.tokenizer import count_with, tokenizer_of
 from headrace.producers.generation import GenerationMixin
 from headrace.producers.resend import Resender, Unanswered
 from headrace.producers.submission import Submission, embedding_of
@@ -140,7 +140,7 @@ class Client(GenerationMixin):
         ``InvalidRequestError`` subclass naming the first bad text. ``generation``: the
         texts are prompts of a generation model (bucketed by prompt length)."""
         model = model or self.settings.model
-        spec = model_spec(model)  # UnknownModelError
+        spec = resolve(self.settings, model)  # UnknownModelError
         task: Literal["embed", "generate"] = "generate" if generation is not None else "embed"
         if spec.task != task:
             raise InvalidRequestError(f"{model} serves {spec.task!r} requests, not {task!r}")
@@ -149,7 +149,7 @@ class Client(GenerationMixin):
         for i, text in enumerate(texts):
             if not text.strip():
                 raise EmptyInputError(f"text {i} is empty")
-        counts = count_tokens(model, list(texts))
+        counts = count_with(tokenizer_of(spec, self.settings), texts)
         # a prompt leaves room for at least one generated token
         limit = min(spec.max_tokens - (generation is not None), self.settings.buckets[-1])
         now = datetime.now(UTC)
@@ -211,7 +211,7 @@ class Client(GenerationMixin):
         """Produce a prepared request (no checks) and return its submission; a cache hit is
         answered at once and not produced."""
         if self.cache is not None and request.cache is not None:
-            version = model_spec(request.model).version
+            version = resolve(self.settings, request.model).version
             hit = self.cache.get(request_key(request, version))
             if hit is not None:
                 self._count_hit(request.tenant)

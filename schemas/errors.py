@@ -54,10 +54,14 @@ class HeadraceError(Exception):
     ├── RequestFailedError       the pipeline answered with a typed error (``.code``)
     ├── ReplyTimeoutError        no reply within the caller's timeout
     ├── BackpressureError        the client's bound on unanswered requests is reached
-    └── LimitedError             refused before sending: try again after ``.retry_after_s``
-        ├── OverloadedError      the bucket's backlog is past its bound
-        ├── RateLimitedError     the tenant's requests per second
-        └── QuotaExceededError   the tenant's tokens per quota window
+    ├── LimitedError             refused before sending: try again after ``.retry_after_s``
+    │   ├── OverloadedError      the bucket's backlog is past its bound
+    │   ├── RateLimitedError     the tenant's requests per second
+    │   └── QuotaExceededError   the tenant's tokens per quota window
+    └── ModelRegistryError       an operator's model could not be registered, found or loaded
+        ├── ModelSourceError     its source cannot be read (no such folder, S3 away, no config)
+        ├── ChecksumMismatchError  a file differs from the manifest (``.path`` names it)
+        └── VersionConflictError a version exists already, or serves and cannot be removed
     """
 
     code: ErrorCode = ErrorCode.internal
@@ -120,3 +124,23 @@ class RateLimitedError(LimitedError):
 
 class QuotaExceededError(LimitedError):
     code = ErrorCode.quota_exceeded
+
+
+class ModelRegistryError(HeadraceError):
+    """An operator's model could not be registered, found or loaded."""
+
+
+class ModelSourceError(ModelRegistryError):
+    """A model's source cannot be read; the message names the source and what is missing."""
+
+
+class ChecksumMismatchError(ModelRegistryError):
+    """A model file differs from its manifest: ``path`` (relative to the model folder)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class VersionConflictError(ModelRegistryError):
+    """A version exists already, or is serving traffic and cannot be removed."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from headrace.workers.backends.base import default_shapes
 from headrace.workers.backends.embedding import EmbeddingBackend
 
 BUCKETS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
@@ -66,7 +67,7 @@ def check_embedding(
     backend = EmbeddingBackend("all-MiniLM-L6-v2", model_dir, 512, device=device)
     backend.load_weights()
     backend.build()
-    backend.warm_up(BUCKETS[:3] if quick else BUCKETS)
+    backend.warm_up(default_shapes(BUCKETS[:3] if quick else BUCKETS))
     t = backend.timings
     report: dict[str, Any] = {
         "load": {

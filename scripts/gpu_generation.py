@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from headrace.models import tiny_lm
-from headrace.workers.backends.base import EncodedItem, FixedSampling, Generated
+from headrace.workers.backends.base import EncodedItem, FixedSampling, Generated, default_shapes
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.memory_plan import plan_model
 
@@ -53,7 +53,7 @@ def load(lm_dir: Path, device: str) -> GenerationBackend:
     backend = GenerationBackend(tiny_lm.NAME, lm_dir, tiny_lm.MAX_POSITIONS, device=device)
     backend.load_weights()
     backend.build()
-    backend.warm_up(BUCKETS)
+    backend.warm_up(default_shapes(BUCKETS, rows=2))
     return backend
 
 

@@ -24,6 +24,7 @@ from headrace.workers.backends.base import (
     LoadTimings,
     ModelBackend,
     Sampling,
+    Shape,
 )
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,8 @@ class FaultyBackend:
     def build(self) -> None:
         self.inner.build()
 
-    def warm_up(self, buckets: list[int]) -> None:
-        self.inner.warm_up(buckets)
+    def warm_up(self, shapes: Sequence[Shape]) -> None:
+        self.inner.warm_up(shapes)
 
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
         items = self.inner.encode(texts, truncate)

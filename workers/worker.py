@@ -15,13 +15,11 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import redis
-import torch
 from cachetools import FIFOCache
 from celery import Task
 from celery.signals import worker_ready
@@ -32,7 +30,9 @@ from headrace.cache.writer import ResultWriter
 from headrace.config.settings import Settings
 from headrace.health.ready import announce_ready
 from headrace.health.tracing import Headers
-from headrace.models.registry import model_spec
+from headrace.models.catalog import ModelCatalog
+from headrace.models.registry import ModelSpec
+from headrace.schemas.manifest import Warmed, WarmUpShape
 from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta, final_reply
 from headrace.schemas.topics import LANES, Topics
 from headrace.sessions.store import open_sessions
@@ -40,17 +40,15 @@ from headrace.transport import Transport, TransportError, open_transport
 from headrace.transport.base import Delivered, Reader
 from headrace.usage.meter import Totals, UsageMeter
 from headrace.workers import metrics, tasks
-from headrace.workers.backends import EmbeddingBackend
-from headrace.workers.backends.base import ModelBackend
-from headrace.workers.backends.echo import EchoBackend
-from headrace.workers.backends.generation import GenerationBackend
-from headrace.workers.backends.vllm_engine import VLLMBackend
+from headrace.workers.backends.base import ModelBackend, Shape
 from headrace.workers.batch_runner import BatchContext, run_batch
-from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import Ledger, ReplyAt
+from headrace.workers.lengths import LengthHistogram
+from headrace.workers.loading import Loader, LoadRecords, device_name
 from headrace.workers.memory_plan import plan_model
 from headrace.workers.spans import record_spans
 from headrace.workers.tasks import TASK_NAME
+from headrace.workers.warm_up import warm_up_shapes
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +57,6 @@ RETRY_COUNTDOWN_S = 1.0
 # Worth one retry of the whole batch: the connection, not the request, was the problem.
 # (Out-of-memory splits the batch instead; bad input is answered with its error, never retried.)
 TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, TransportError, ConnectionError)
-
-
-class WarmUpFailed(RuntimeError):
-    """A loading stage failed or ran past its timeout; the worker takes no work."""
 
 
 class TopicReplySink:
@@ -131,63 +125,13 @@ class TopicReplySink:
         return found
 
 
-def _timed_stage(name: str, fn: Callable[[], None], timeout_s: float) -> None:
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stage-{name}")
-    try:
-        pool.submit(fn).result(timeout=timeout_s)
-    except FutureTimeout as exc:
-        metrics.stage_ended(name, "timeout")
-        raise WarmUpFailed(f"stage {name!r} ran past its {timeout_s:.0f}s timeout") from exc
-    except Exception as exc:
-        metrics.stage_ended(name, "failed")
-        raise WarmUpFailed(f"stage {name!r} failed: {exc}") from exc
-    finally:
-        pool.shutdown(wait=False)
-    metrics.stage_ended(name, "ok")
-
-
-def load_backend(settings: Settings, buckets: list[int]) -> ModelBackend:
-    """The backend for ``settings.model``: by the model's task, or the echo backend."""
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)
-    spec = model_spec(settings.model)
-    backend: ModelBackend
-    if spec.task == "generate":
-        if spec.test_model:
-            log.warning("%s is a TEST MODEL (random weights): its text is gibberish", spec.name)
-        if settings.generation_backend == "vllm":
-            backend = VLLMBackend(
-                spec.name, spec.path, spec.max_tokens, settings.vllm_engine_args()
-            )
-        else:
-            backend = GenerationBackend(
-                spec.name, spec.path, spec.max_tokens, device=settings.device
-            )
-    elif settings.worker_backend == "echo":
-        log.warning("ECHO BACKEND: no model runs; replies are not embeddings (benchmarks only)")
-        backend = EchoBackend(spec.name, spec.path, spec.max_tokens)
-    else:
-        backend = EmbeddingBackend(spec.name, spec.path, spec.max_tokens, device=settings.device)
-    if settings.fault_poison_marker or settings.fault_crash_marker or settings.fault_slow_marker:
-        log.warning("FAULT INJECTION ENABLED: this worker fails marked inputs on purpose")
-        backend = FaultyBackend(
-            backend,
-            poison=settings.fault_poison_marker,
-            crash=settings.fault_crash_marker,
-            slow=settings.fault_slow_marker,
-            slow_s=settings.fault_slow_s,
-        )
-    _timed_stage("load_weights", backend.load_weights, settings.load_weights_timeout_s)
-    _timed_stage("build", backend.build, settings.build_timeout_s)
-    _timed_stage("warm_up", lambda: backend.warm_up(buckets), settings.warm_up_timeout_s)
-    return backend
-
-
-def memory_plan(settings: Settings, backend: ModelBackend, buckets: list[int]) -> dict[str, Any]:
+def memory_plan(
+    settings: Settings, spec: ModelSpec, backend: ModelBackend, buckets: list[int]
+) -> dict[str, Any]:
     """The worker's memory plan (measured figures where the backend has them: CUDA)."""
     try:
         _, plan = plan_model(
-            model_spec(settings.model).path,
+            spec.path,
             settings.device,
             buckets=buckets,
             max_batch_tokens=settings.max_batch_tokens,
@@ -199,18 +143,60 @@ def memory_plan(settings: Settings, backend: ModelBackend, buckets: list[int]) -
     return {k: v for k, v in plan.as_dict().items() if k in keep} | {"warnings": plan.warnings}
 
 
-def health(backend: ModelBackend, worker_id: str, buckets: list[int]) -> dict[str, Any]:
+def health(
+    spec: ModelSpec, backend: ModelBackend, worker_id: str, buckets: list[int]
+) -> dict[str, Any]:
     t = backend.timings
     return {
         "worker_id": worker_id,
         "model": backend.name,
+        "version": spec.version,
         "device": str(getattr(backend, "device", "?")),
         "buckets": buckets,
         "load_weights_s": round(t.load_weights_s, 3),
         "build_s": round(t.build_s, 3),
         "warm_up_s": round(t.warm_up_s, 3),
         "memory": t.memory,
+        "peak_bytes_per_bucket": t.peak_bytes_per_bucket,
     }
+
+
+def record_warmed(
+    settings: Settings, spec: ModelSpec, backend: ModelBackend, worker_id: str, shapes: list[Shape]
+) -> None:
+    """The first worker to warm a registered version up on a device writes what it measured
+    into the version's manifest (in the registry)."""
+    if spec.manifest is None:
+        return
+    t = backend.timings
+    warmed = Warmed(
+        device=device_name(backend),
+        worker=worker_id,
+        load_weights_s=round(t.load_weights_s, 3),
+        build_s=round(t.build_s, 3),
+        warm_up_s=round(t.warm_up_s, 3),
+        memory_kind="cuda_peak_allocated" if t.memory_kind.startswith("cuda") else "cpu_peak_rss",
+        peak_bytes_per_bucket=t.peak_bytes_per_bucket,
+        shapes=[WarmUpShape(bucket=s.bucket, length=s.length, rows=s.rows) for s in shapes],
+    )
+    try:
+        if ModelCatalog.for_writing(settings.sql_url).record_warm_up(
+            spec.name, spec.version, warmed
+        ):
+            log.info("recorded the warm-up of %s on %s in its manifest", spec.ref, warmed.device)
+    except Exception:  # the manifest's figures are for people: never a reason not to serve
+        log.warning("warm-up figures not recorded in the registry", exc_info=True)
+
+
+def recent_lengths(
+    client: redis.Redis, prefix: str, buckets: list[int]
+) -> dict[int, Mapping[int, int]]:
+    """The buckets' recent request lengths (none when Redis cannot say: bucket bounds)."""
+    try:
+        return LengthHistogram(client, prefix).recent(buckets)
+    except connections.REDIS_ERRORS:
+        log.warning("no recent request lengths (Redis unreachable): warming up at bucket bounds")
+        return {}
 
 
 def after_delivery(usage: UsageMeter) -> Callable[[int, list[tuple[BatchItem, Reply]]], None]:
@@ -260,9 +246,20 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     if unknown:
         raise ValueError(f"buckets {unknown} are not configured ({settings.buckets})")
     worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    backend = load_backend(settings, buckets)
-    spec = model_spec(settings.model)
-    loaded = health(backend, worker_id, buckets) | {"plan": memory_plan(settings, backend, buckets)}
+    redis_client = connections.redis_client(settings)
+    loader = Loader(settings, worker_id, LoadRecords(redis_client, settings.topic_prefix))
+    spec = loader.spec
+    shapes = warm_up_shapes(
+        buckets,
+        recent_lengths(redis_client, settings.topic_prefix, buckets),
+        rows=settings.warm_up_rows,
+        max_tokens=spec.max_tokens,
+    )
+    backend = loader.load(shapes)
+    record_warmed(settings, spec, backend, worker_id, shapes)
+    loaded = health(spec, backend, worker_id, buckets) | {
+        "plan": memory_plan(settings, spec, backend, buckets)
+    }
     t = backend.timings
     metrics.loaded(t.load_weights_s, t.build_s, t.warm_up_s)
     metrics.describe(worker_id, backend.name, loaded["device"], buckets)
@@ -270,7 +267,6 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     print("LOADED " + json.dumps(loaded), flush=True)
 
     topics = Topics(settings.topic_prefix)
-    redis_client = connections.redis_client(settings)
     ledger = Ledger(redis_client, settings.topic_prefix, settings.answered_ttl_s)
     ctx = BatchContext(
         backend=backend,

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "infra" / "Dockerfile"
 PACKAGE_FOLDERS = ("src/headrace", "producers", "workers", "consumers", "schemas")
 # a script alembic runs inside a migration, not a module to import
-NOT_IMPORTABLE = {"headrace.jobs.migrations.env"}
+NOT_IMPORTABLE = {"headrace.sql.migrations.env"}
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

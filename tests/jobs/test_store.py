@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
-from headrace.jobs.store import JobNotFound, JobStore, newest_revision
+from headrace.jobs.store import JobNotFound, JobStore
+from headrace.sql import newest_revision
 
 
 def make(store: JobStore, tenant: str = "t1", kind: str = "batch", job_id: str = "") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from headrace.models.registry import model_spec
 from headrace.workers.backends import EmbeddingBackend
+from headrace.workers.backends.base import default_shapes
 
 MINILM = "all-MiniLM-L6-v2"
 
@@ -14,5 +15,5 @@ def loaded_minilm(warm_up: list[int] | None = None) -> EmbeddingBackend:
     backend.load_weights()
     backend.build()
     if warm_up:
-        backend.warm_up(warm_up)
+        backend.warm_up(default_shapes(warm_up))
     return backend

@@ -14,9 +14,10 @@ import pytest
 from kafka import KafkaAdminClient
 
 from headrace.config.settings import Settings
-from headrace.jobs.store import JobStore, newest_revision
+from headrace.jobs.store import JobStore
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.topics import Topics
+from headrace.sql import newest_revision
 from tests.conftest import unique_prefix
 from tests.jobs.gateway_proc import free_port
 

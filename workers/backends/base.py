@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -22,11 +23,56 @@ def place_on_device(model: Any, device: torch.device) -> tuple[Any, int]:
     return model, torch.cuda.memory_allocated(device)
 
 
-def cuda_memory(device: torch.device, weights_bytes: int, peak_tokens: int) -> dict[str, int]:
+@dataclass(frozen=True)
+class Shape:
+    """One warm-up batch: ``rows`` inputs of ``length`` tokens, standing for ``bucket``."""
+
+    bucket: int
+    length: int
+    rows: int
+
+    @property
+    def tokens(self) -> int:
+        return self.rows * self.length
+
+
+def default_shapes(buckets: Sequence[int], rows: int = 4) -> list[Shape]:
+    """One batch per bucket at the bucket's bound (when no traffic has been seen)."""
+    return [Shape(b, b, rows) for b in buckets]
+
+
+def _rss_peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def warm_each(
+    device: torch.device, shapes: Sequence[Shape], run: Callable[[Shape], None]
+) -> tuple[str, dict[int, int]]:
+    """Run every warm-up shape and measure, per bucket, the peak memory while its shapes ran:
+    on CUDA the allocator's peak (reset before each shape); on CPU the process's peak
+    resident set so far (it only grows). Returns (what was measured, peak per bucket)."""
+    cuda = device.type == "cuda"
+    peaks: dict[int, int] = {}
+    for shape in sorted(shapes, key=lambda s: (s.bucket, s.tokens)):
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        run(shape)
+        if cuda:
+            torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) if cuda else _rss_peak_bytes()
+        peaks[shape.bucket] = max(peaks.get(shape.bucket, 0), peak)
+    return ("cuda_peak_allocated" if cuda else "cpu_peak_rss"), peaks
+
+
+def cuda_memory(
+    device: torch.device, weights_bytes: int, peak_tokens: int, peak: int | None = None
+) -> dict[str, int]:
     """After warm-up on CUDA: what the memory planner prefers to its estimates. The peak
     over the weights, per token of the largest warm-up batch, is the activation cost."""
     torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device)
+    if peak is None:
+        peak = torch.cuda.max_memory_allocated(device)
     return {
         "allocated_bytes": torch.cuda.memory_allocated(device),
         "reserved_bytes": torch.cuda.memory_reserved(device),
@@ -41,6 +87,9 @@ class LoadTimings:
     build_s: float = 0.0
     warm_up_s: float = 0.0
     memory: dict[str, int] = field(default_factory=dict)
+    # measured during warm-up (``warm_each``): which peak, and its bytes per bucket
+    memory_kind: str = ""
+    peak_bytes_per_bucket: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,7 +167,10 @@ class ModelBackend(Protocol):
 
     def build(self) -> None: ...
 
-    def warm_up(self, buckets: list[int]) -> None: ...
+    def warm_up(self, shapes: Sequence[Shape]) -> None:
+        """Run the warm-up batches (``default_shapes``, or lengths seen in traffic) and fill
+        in ``timings.peak_bytes_per_bucket``."""
+        ...
 
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]: ...
 

@@ -6,10 +6,11 @@ logs a warning, and nothing it returns is an embedding."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from headrace.models.tokenizer import load_tokenizer
-from headrace.workers.backends.base import EncodedItem, LoadTimings
+from headrace.workers.backends.base import EncodedItem, LoadTimings, Shape
 from headrace.workers.backends.embedding import encode_texts
 
 ECHO_DIM = 4
@@ -31,9 +32,12 @@ class EchoBackend:
     def build(self) -> None:
         pass
 
-    def warm_up(self, buckets: list[int]) -> None:
+    def warm_up(self, shapes: Sequence[Shape]) -> None:
         start = time.perf_counter()
-        items = [EncodedItem(ids=[1] * min(b, self.max_tokens), token_count=b) for b in buckets]
+        items = [
+            EncodedItem(ids=[1] * min(s.length, self.max_tokens), token_count=s.length)
+            for s in shapes
+        ]
         self.embed(items, [True] * len(items))
         self.timings.warm_up_s = time.perf_counter() - start
 

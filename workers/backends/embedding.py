@@ -4,6 +4,7 @@ optionally L2-normalised (all-MiniLM-L6-v2's recipe)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,14 @@ import torch
 from tokenizers import Tokenizer
 
 from headrace.models.tokenizer import load_tokenizer
-from headrace.workers.backends.base import EncodedItem, LoadTimings, cuda_memory, place_on_device
+from headrace.workers.backends.base import (
+    EncodedItem,
+    LoadTimings,
+    Shape,
+    cuda_memory,
+    place_on_device,
+    warm_each,
+)
 
 
 def pick_device(preference: str) -> torch.device:
@@ -39,10 +47,26 @@ def encode_texts(
 
 
 class EmbeddingBackend:
+    """``pooling``: ``mean`` over the attention mask (sentence-transformers' recipe for
+    MiniLM) or ``cls`` (the first token's state, e.g. BGE); ``normalize``: whether this model
+    L2-normalises at all (a request asking for no normalising is never normalised)."""
+
     task = "embed"
 
-    def __init__(self, name: str, model_dir: Path, max_tokens: int, device: str = "auto") -> None:
+    def __init__(
+        self,
+        name: str,
+        model_dir: Path,
+        max_tokens: int,
+        device: str = "auto",
+        pooling: str = "mean",
+        normalize: bool = True,
+    ) -> None:
+        if pooling not in ("mean", "cls"):
+            raise ValueError(f"pooling {pooling!r}: mean or cls")
         self.name = name
+        self.pooling = pooling
+        self.normalizes = normalize
         self.model_dir = model_dir
         self.max_tokens = max_tokens
         self.device = pick_device(device)
@@ -65,19 +89,26 @@ class EmbeddingBackend:
         self._model, self._weights_bytes = place_on_device(self._model, self.device)
         self.timings.build_s = time.perf_counter() - start
 
-    def warm_up(self, buckets: list[int]) -> None:
-        """One batch per bucket at that bucket's length, shaped like production."""
+    def warm_up(self, shapes: Sequence[Shape]) -> None:
+        """Each warm-up batch (rows x length, shaped like production); output must be
+        finite."""
         start = time.perf_counter()
-        for bucket in buckets:
-            length = min(bucket, self.max_tokens)
-            ids = torch.full((4, length), 1000, dtype=torch.long, device=self.device)
+
+        def run(shape: Shape) -> None:
+            length = min(shape.length, self.max_tokens)
+            ids = torch.full((shape.rows, length), 1000, dtype=torch.long, device=self.device)
             mask = torch.ones_like(ids)
             vectors = self._forward(ids, mask, normalize=True)
             if not torch.isfinite(vectors).all():
                 raise RuntimeError(f"warm-up at {length} tokens produced non-finite output")
+
+        kind, peaks = warm_each(self.device, shapes, run)
+        self.timings.memory_kind, self.timings.peak_bytes_per_bucket = kind, peaks
         if self.device.type == "cuda":
-            largest = 4 * min(max(buckets), self.max_tokens)
-            self.timings.memory = cuda_memory(self.device, self._weights_bytes, largest)
+            largest = max(shapes, key=lambda s: s.tokens)
+            self.timings.memory = cuda_memory(
+                self.device, self._weights_bytes, largest.tokens, max(peaks.values())
+            )
         self.timings.warm_up_s = time.perf_counter() - start
 
     # --- the batch path -----------------------------------------------------------------
@@ -96,6 +127,7 @@ class EmbeddingBackend:
             ids[i, : len(item.ids)] = torch.tensor(item.ids, dtype=torch.long)
             mask[i, : len(item.ids)] = 1
         pooled = self._forward(ids.to(self.device), mask.to(self.device), normalize=False)
+        normalize = [n and self.normalizes for n in normalize]
         if any(normalize):
             flags = torch.tensor(normalize, device=pooled.device).unsqueeze(1)
             pooled = torch.where(flags, torch.nn.functional.normalize(pooled, dim=1), pooled)
@@ -105,8 +137,11 @@ class EmbeddingBackend:
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
         with torch.inference_mode():
             hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
-            weights = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+            if self.pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
             if normalize:
                 pooled = torch.nn.functional.normalize(pooled, dim=1)
             result: torch.Tensor = pooled

@@ -24,8 +24,10 @@ from headrace.workers.backends.base import (
     Generated,
     LoadTimings,
     Sampling,
+    Shape,
     cuda_memory,
     place_on_device,
+    warm_each,
 )
 from headrace.workers.backends.embedding import pick_device
 
@@ -124,23 +126,29 @@ class GenerationBackend:
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         self.timings.build_s = time.perf_counter() - start
 
-    def warm_up(self, buckets: list[int]) -> None:
-        """One batch per bucket: two prompts at that bucket's length, two tokens each; the
+    def warm_up(self, shapes: Sequence[Shape]) -> None:
+        """Each warm-up batch: its rows of prompts at its length, two tokens each; the
         logits must be finite."""
         start = time.perf_counter()
         filler = self.tokenizer(" the")["input_ids"][-1]
-        for bucket in buckets:
-            length = min(bucket, self.max_tokens - 2)
-            ids = torch.full((2, length), filler, dtype=torch.long, device=self.device)
+
+        def run(shape: Shape) -> None:
+            length = min(shape.length, self.max_tokens - 2)
+            ids = torch.full((shape.rows, length), filler, dtype=torch.long, device=self.device)
             with torch.inference_mode():
                 logits = self._model(input_ids=ids).logits
             if not torch.isfinite(logits).all():
-                raise RuntimeError(f"warm-up at {bucket} tokens: logits not finite")
-            items = [EncodedItem(ids=[filler] * length, token_count=length)] * 2
-            self.generate(items, [FixedSampling(max_tokens=2)] * 2)
+                raise RuntimeError(f"warm-up at {shape.length} tokens: logits not finite")
+            items = [EncodedItem(ids=[filler] * length, token_count=length)] * shape.rows
+            self.generate(items, [FixedSampling(max_tokens=2)] * shape.rows)
+
+        kind, peaks = warm_each(self.device, shapes, run)
+        self.timings.memory_kind, self.timings.peak_bytes_per_bucket = kind, peaks
         if self.device.type == "cuda":
-            largest = 2 * min(max(buckets), self.max_tokens - 2)
-            self.timings.memory = cuda_memory(self.device, self._weights_bytes, largest)
+            largest = max(shapes, key=lambda s: s.tokens)
+            self.timings.memory = cuda_memory(
+                self.device, self._weights_bytes, largest.tokens, max(peaks.values())
+            )
         self.timings.warm_up_s = time.perf_counter() - start
 
     # --- the batch path -----------------------------------------------------------------

@@ -29,6 +29,7 @@ from headrace.workers.backends.base import (
     Generated,
     LoadTimings,
     Sampling,
+    Shape,
 )
 from headrace.workers.backends.generation import encode_prompts
 
@@ -127,11 +128,15 @@ class VLLMBackend:
     def build(self) -> None:
         pass  # vLLM builds its CUDA graphs while it starts
 
-    def warm_up(self, buckets: list[int]) -> None:
+    def warm_up(self, shapes: Sequence[Shape]) -> None:
+        """Every shape's rows in the engine at once (vLLM holds its own memory: the
+        allocator's peak per bucket says little here and is not measured)."""
         start = time.perf_counter()
         filler = self._tokenizer(" the")["input_ids"][-1]
         items = [
-            EncodedItem(ids=[filler] * min(b, self.max_tokens - 2), token_count=b) for b in buckets
+            EncodedItem(ids=[filler] * min(s.length, self.max_tokens - 2), token_count=s.length)
+            for s in shapes
+            for _ in range(s.rows)
         ]
         self.generate(items, [FixedSampling(max_tokens=2)] * len(items))
         self.timings.warm_up_s = time.perf_counter() - start

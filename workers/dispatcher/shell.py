@@ -92,7 +92,7 @@ class Dispatcher:
             config,
             clock,
             observer=PrometheusObserver(),
-            count_tokens=token_counter(settings.model),
+            count_tokens=token_counter(settings),
         )
         self.dispatcher_id = config.dispatcher_id
         self._transport = transport

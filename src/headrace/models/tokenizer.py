@@ -1,13 +1,19 @@
 """A model's own fast tokenizer: loading it, and counting tokens the way the model sees
-them (the client buckets by this count; the encoder backends encode with it)."""
+them (the client buckets by this count; the dispatcher counts again; the encoder backends
+encode with it)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from headrace.config.settings import Settings
+    from headrace.models.registry import ModelSpec
 
 
 def load_tokenizer(model_dir: Path) -> Tokenizer:
@@ -20,32 +26,54 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
 
 
 @cache
+def tokenizer_at(model_dir: Path) -> Tokenizer:
+    return load_tokenizer(model_dir)
+
+
+def tokenizer_of(spec: ModelSpec, settings: Settings | None = None) -> Tokenizer:
+    """The tokenizer of a model version; a registered version's tokenizer and config files
+    are fetched first when its source is remote (``settings`` says from where)."""
+    if spec.manifest is not None and settings is not None:
+        from headrace.models.registry import materialize
+
+        folder, _ = materialize(spec, settings, {"tokenizer", "config"})
+        return tokenizer_at(folder)
+    return tokenizer_at(spec.path)
+
+
 def tokenizer_for(model: str) -> Tokenizer:
+    """A built-in model's tokenizer, by name."""
     # imported here: the registry needs pydantic, which a backend on a bare GPU machine
     # (scripts/gpu_check.py) may not have
     from headrace.models.registry import model_spec
 
-    return load_tokenizer(model_spec(model).path)
+    return tokenizer_at(model_spec(model).path)
+
+
+def count_with(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
+    """Tokens per text, special tokens included (what the model will see). Without offsets
+    (``encode_batch_fast``, tokenizers >= 0.21): counting needs none."""
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    return [len(e.ids) for e in encode(list(texts))]
 
 
 def count_tokens(model: str, texts: list[str]) -> list[int]:
-    """Tokens per text, special tokens included (what the model will see). Without offsets
-    (``encode_batch_fast``, tokenizers >= 0.21): counting needs none."""
-    tokenizer = tokenizer_for(model)
-    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-    return [len(e.ids) for e in encode(texts)]
+    """Tokens per text of a built-in model."""
+    return count_with(tokenizer_for(model), texts)
 
 
-def token_counter(model: str) -> Callable[[Sequence[str]], list[int]]:
-    """Counts texts' tokens with ``model``'s tokenizer, loaded on first use (a model this
-    process does not know counts nothing: its requests are answered unknown_model)."""
-
+def token_counter(settings: Settings) -> Callable[[Sequence[str]], list[int]]:
+    """Counts texts' tokens with the tokenizer of ``settings.model``'s stable version, loaded
+    on first use (a model this process cannot find counts nothing: its requests are answered
+    unknown_model)."""
+    from headrace.models.registry import resolve
     from headrace.schemas.errors import UnknownModelError
 
     def count(texts: Sequence[str]) -> list[int]:
         try:
-            return count_tokens(model, list(texts))
+            tokenizer = tokenizer_of(resolve(settings), settings)
         except UnknownModelError:
             return [0] * len(texts)
+        return count_with(tokenizer, texts)
 
     return count

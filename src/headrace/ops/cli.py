@@ -19,6 +19,7 @@ from headrace.health.reach import explain, require
 from headrace.jobs.cli import batch
 from headrace.ops.dev_cli import dev
 from headrace.ops.limits_cli import limits
+from headrace.ops.models_cli import models
 from headrace.ops.observe_cli import cost, top
 
 app = typer.Typer(
@@ -34,6 +35,7 @@ app.add_typer(cache, name="cache")
 app.add_typer(batch, name="batch")
 app.add_typer(cost, name="cost")
 app.add_typer(limits, name="limits")
+app.add_typer(models, name="models")
 app.command()(top)
 api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
 app.add_typer(api_key, name="api-key")
@@ -135,7 +137,8 @@ def worker(
     metrics_port: int | None = MetricsPort,
 ) -> None:
     """Run a Celery worker for the chosen bucket queues (model loaded and warmed up first)."""
-    from headrace.workers.worker import WarmUpFailed, serve
+    from headrace.workers.loading import LoadFailed
+    from headrace.workers.worker import serve
 
     _logging(log_level)
     settings = Settings()
@@ -146,16 +149,17 @@ def worker(
     _serve_health(metrics_port, settings, "worker")
     try:
         serve(settings, _buckets(buckets, settings), loglevel=log_level)
-    except WarmUpFailed as exc:
-        console.print(f"[red]worker not ready:[/red] {exc}")
-        raise typer.Exit(3) from exc
+    except LoadFailed as exc:
+        errors.print(f"[red]worker not ready:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from exc
 
 
 def _print_plan(settings: Settings, buckets: list[int], max_new_tokens: int) -> None:
-    from headrace.models.registry import model_spec
+    from headrace.models.registry import materialize, resolve
     from headrace.workers.memory_plan import GIB, plan_model
 
-    spec = model_spec(settings.model)
+    spec = resolve(settings)
+    materialize(spec, settings, {"config", "weights"})
     device, p = plan_model(
         spec.path,
         settings.device,

@@ -39,10 +39,13 @@ def _reached(check: Callable[[Settings], None], settings: Settings) -> str:
 
 
 def _model(settings: Settings) -> str:
-    from headrace.models.registry import model_spec
+    from headrace.models.registry import materialize, resolve
     from headrace.models.tokenizer import load_tokenizer
 
-    spec = model_spec(settings.model)
+    spec = resolve(settings)
+    if spec.manifest is not None:  # a registered version: fetched and checked file by file
+        materialize(spec, settings, check=True)
+        return f"{spec.ref}, {spec.task}, max {spec.max_tokens} tokens, checksums ok"
     missing = [n for n in ("config.json", "tokenizer.json") if not (spec.path / n).exists()]
     weights = list(spec.path.glob("*.safetensors")) + list(spec.path.glob("*.bin"))
     if missing or not weights:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from headrace.models.registry import model_spec
+from headrace.workers.backends.base import default_shapes
 from headrace.workers.backends.echo import ECHO_DIM, EchoBackend
 
 
@@ -12,7 +13,7 @@ def test_echo_backend_tokenises_like_the_model_and_says_what_it_is() -> None:
     assert echo.name == spec.name and echo.device == "none"
     echo.load_weights()
     echo.build()
-    echo.warm_up([16, 512])
+    echo.warm_up(default_shapes([16, 512]))
     items = echo.encode(["a short text", "word " * 600, "word " * 600], [False, False, True])
     assert items[0].token_count == 5  # [CLS] a short text [SEP]
     assert items[1].too_long and not items[2].too_long and items[2].token_count == 512

@@ -12,6 +12,7 @@ import torch
 
 from headrace.models import tiny_lm
 from headrace.schemas.messages import GenerateParams
+from headrace.workers.backends.base import default_shapes
 from headrace.workers.backends.generation import GenerationBackend, sample
 
 PROMPTS = [
@@ -28,7 +29,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> GenerationBackend:
     b = GenerationBackend(tiny_lm.NAME, model_dir, max_tokens=tiny_lm.MAX_POSITIONS, device="cpu")
     b.load_weights()
     b.build()
-    b.warm_up([16, 64])
+    b.warm_up(default_shapes([16, 64], rows=2))
     return b
 
 

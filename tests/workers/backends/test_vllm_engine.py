@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from headrace.schemas.messages import GenerateParams
-from headrace.workers.backends.base import EncodedItem
+from headrace.workers.backends.base import EncodedItem, Shape
 from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs
 
 
@@ -85,7 +85,7 @@ def engine_and_backend() -> tuple[FakeEngine, VLLMBackend]:
         tokenizer=FakeTokenizer(),
     )
     backend.load_weights()
-    backend.warm_up([16])
+    backend.warm_up([Shape(16, 16, 1)])
     engine.seen.clear()
     engine.started.clear()
     return engine, backend
