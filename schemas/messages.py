@@ -106,6 +106,15 @@ class Request(_Message):
     # generation only: the conversation this turn belongs to (its history is the prompt's
     # start; the turn and its answer are appended to it)
     session_id: Identifier | None = None
+    routing_key: Annotated[
+        Identifier | None,
+        Field(
+            description=(
+                "Under a traffic split sticky by key, requests with the same routing key "
+                "(within a tenant) are served by the same model version."
+            )
+        ),
+    ] = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -207,6 +216,7 @@ class Reply(_Message):
     batch: BatchInfo | None = None
     cost: Cost | None = None  # set when this reply was computed (not for errors or cache hits)
     cache_tier: CacheTier | None = None  # served from the result cache, by this tier
+    model_version: str | None = None  # the version that computed the result (or cached it)
     replied_at: AwareDatetime = Field(default_factory=utc_now)
 
     @model_validator(mode="after")
@@ -241,6 +251,8 @@ class BatchItem(_Message):
     arrived_at: float  # unix seconds when the dispatcher read the record
     # the W3C trace context its record carried (the ``traceparent`` Kafka header)
     traceparent: str | None = None
+    # a shadow version computes this request too: keep this result to compare with its own
+    compare_with: str | None = None
 
 
 class Batch(_Message):
@@ -252,6 +264,9 @@ class Batch(_Message):
     dispatched_at: float
     items: list[BatchItem]
     lane: Literal["online", "bulk"] = "online"  # bulk: computed at a lower CPU priority
+    model_version: str | None = None  # the version whose queue it was sent to
+    # a shadow copy: computed and compared, never answered, claimed, or cached
+    shadow: bool = False
 
 
 class Completion(_Message):

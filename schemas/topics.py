@@ -2,7 +2,9 @@
 
 Requests ride one of two lanes with the same buckets: ``online`` (``<prefix>.requests.b16``,
 queue ``<prefix>.b16``) and ``bulk`` (``<prefix>.requests.b16.bulk``, queue
-``<prefix>.b16.bulk``), which the dispatcher serves with the capacity online leaves.
+``<prefix>.b16.bulk``), which the dispatcher serves with the capacity online leaves. A
+pipeline's batches go to the queues of the model version that serves them
+(``<prefix>.b16@v2``, ``<prefix>.b16.bulk@v2``), read by that version's workers.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ class Topics:
         """Explicit cache invalidations (schemas.cache.Invalidation)."""
         return f"{self.prefix}.invalidate"
 
-    def queue(self, bucket: int, lane: Lane = "online") -> str:
-        """Celery queue (Redis list) that carries this bucket's batches of ``lane``."""
+    def queue(self, bucket: int, lane: Lane = "online", version: str | None = None) -> str:
+        """Celery queue (Redis list) that carries this bucket's batches of ``lane`` for the
+        model ``version`` (None: a queue of no version, for a core told of none)."""
         online = f"{self.prefix}.b{bucket}"
-        return online if lane == "online" else f"{online}.bulk"
+        name = online if lane == "online" else f"{online}.bulk"
+        return name if version is None else f"{name}@{version}"
 
     def bucket_of(self, topic: str) -> int:
         return int(self._match(topic)["bucket"])

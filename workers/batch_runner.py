@@ -80,6 +80,9 @@ class BatchContext:
     sessions: SessionStore | None = None  # conversation histories of generate requests
     # called with the batch's bucket and its replies once they are acknowledged (metrics)
     after_delivery: Callable[[int, list[tuple[BatchItem, Reply]]], None] | None = None
+    model_version: str | None = None  # the version this worker serves (stamped on replies)
+    # called with the replies of requests a shadow version computes too (after delivery)
+    shadowed: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
@@ -108,7 +111,7 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
             fresh.append(item)
 
     started = ctx.clock()
-    replies.extend(_answer(batch, fresh, ctx))
+    replies.extend(answer(batch, fresh, ctx))
     compute_ms = (ctx.clock() - started) * 1000
     answering = [(i.request.tenant, i.request.request_id) for i, _ in replies]
     cancelled = ctx.ledger.begin_send(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
@@ -117,6 +120,10 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         (item, _failure(item, CANCELLED) if late else reply)
         for (item, reply), late in zip(replies, cancelled, strict=True)
     ]
+    if ctx.model_version is not None:
+        replies = [
+            (i, r.model_copy(update={"model_version": ctx.model_version})) for i, r in replies
+        ]
     _record_sessions(replies, ctx)
     if ctx.before_delivery is not None:
         try:
@@ -133,6 +140,12 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     }
     if ctx.after_delivery is not None:
         ctx.after_delivery(batch.bucket, replies)
+    compared = [(i, r) for i, r in replies if i.compare_with is not None]
+    if compared and ctx.shadowed is not None:
+        try:
+            ctx.shadowed(compared)
+        except Exception:  # a comparison is a sample: never a reason to fail a batch
+            log.warning("batch %s: shadow comparison not recorded", batch.batch_id, exc_info=True)
     ctx.stats["batches"] += 1
     ctx.stats["replies"] += len(replies)
     failed = sum(
@@ -176,9 +189,10 @@ def _record_sessions(replies: list[tuple[BatchItem, Reply]], ctx: BatchContext) 
         ctx.sessions.append(session, turns)
 
 
-def _answer(
+def answer(
     batch: Batch, items: list[BatchItem], ctx: BatchContext
 ) -> list[tuple[BatchItem, Reply]]:
+    """Admit, encode and compute ``items``: one reply each (a result or its error)."""
     backend = ctx.backend
     now = datetime.fromtimestamp(ctx.clock(), UTC)
     replies: list[tuple[BatchItem, Reply]] = []

@@ -3,17 +3,19 @@ notices back to the dispatcher, and worker heartbeats. Key names live here only.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import cast
+from typing import Any, cast
 
 import redis
 
 from headrace.schemas.messages import Completion
 
 ANSWERED = "answered"
+WORKER_INFO_TTL_S = 60
 
 # KEYS holds n request keys, then their n cancel keys, then (optional) the running hash. For
 # each request: answered -> "answered"; claimed by another owner -> "busy"; otherwise claim it
@@ -144,6 +146,11 @@ class Keys:
 
     def workers(self, bucket: int) -> str:
         return f"{self.prefix}:workers:b{bucket}"
+
+    def worker_info(self, worker_id: str) -> str:
+        """What a live worker says of itself with each beat: its model version and its
+        memory plan (rows per bucket), JSON; gone a minute after its last beat."""
+        return f"{self.prefix}:worker:{worker_id}"
 
 
 class Ledger:
@@ -311,18 +318,33 @@ class Ledger:
         return [Completion.model_validate_json(item) for item in raw]
 
     # --- worker liveness ---------------------------------------------------------------------
-    def heartbeat(self, worker_id: str, buckets: list[int]) -> None:
+    def heartbeat(
+        self, worker_id: str, buckets: list[int], info: Mapping[str, object] | None = None
+    ) -> None:
+        """``info``: the worker's version and plan (``WorkerInfo``), kept a minute."""
         now = time.time()
         pipe = self.redis.pipeline(transaction=False)
         for bucket in buckets:
             pipe.zadd(self.keys.workers(bucket), {worker_id: now})
             pipe.zremrangebyscore(self.keys.workers(bucket), 0, now - 60)
+        if info is not None:
+            pipe.set(self.keys.worker_info(worker_id), json.dumps(info), ex=WORKER_INFO_TTL_S)
         pipe.execute()
+
+    def worker_info(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """What each of ``worker_ids`` said of itself at its last beat (absent: nothing)."""
+        if not worker_ids:
+            return {}
+        raw = cast(
+            list[bytes | None], self.redis.mget([self.keys.worker_info(w) for w in worker_ids])
+        )
+        return {w: json.loads(v) for w, v in zip(worker_ids, raw, strict=True) if v is not None}
 
     def retire(self, worker_id: str, buckets: list[int]) -> None:
         pipe = self.redis.pipeline(transaction=False)
         for bucket in buckets:
             pipe.zrem(self.keys.workers(bucket), worker_id)
+        pipe.delete(self.keys.worker_info(worker_id))
         pipe.execute()
 
     def live_workers(self, buckets: list[int], within_s: float) -> dict[int, set[str]]:

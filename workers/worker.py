@@ -13,9 +13,8 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,24 +29,22 @@ from headrace.cache.writer import ResultWriter
 from headrace.config.settings import Settings
 from headrace.health.ready import announce_ready
 from headrace.health.tracing import Headers
-from headrace.models.catalog import ModelCatalog
-from headrace.models.registry import ModelSpec
-from headrace.schemas.manifest import Warmed, WarmUpShape
-from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta, final_reply
+from headrace.schemas.messages import Batch, Reply, StreamDelta, final_reply
 from headrace.schemas.topics import LANES, Topics
 from headrace.sessions.store import open_sessions
 from headrace.transport import Transport, TransportError, open_transport
 from headrace.transport.base import Delivered, Reader
-from headrace.usage.meter import Totals, UsageMeter
+from headrace.usage.meter import UsageMeter
 from headrace.workers import metrics, tasks
-from headrace.workers.backends.base import ModelBackend, Shape
 from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.comparisons import Comparisons
+from headrace.workers.delivery_hooks import after_delivery, comparing
 from headrace.workers.ledger import Ledger, ReplyAt
-from headrace.workers.lengths import LengthHistogram
-from headrace.workers.loading import Loader, LoadRecords, device_name
-from headrace.workers.memory_plan import plan_model
-from headrace.workers.spans import record_spans
+from headrace.workers.loading import Loader, LoadRecords
+from headrace.workers.shadow import run_shadow
+from headrace.workers.startup import health, memory_plan, recent_lengths, record_warmed
 from headrace.workers.tasks import TASK_NAME
+from headrace.workers.version_stats import VersionStats
 from headrace.workers.warm_up import warm_up_shapes
 
 log = logging.getLogger(__name__)
@@ -125,106 +122,6 @@ class TopicReplySink:
         return found
 
 
-def memory_plan(
-    settings: Settings, spec: ModelSpec, backend: ModelBackend, buckets: list[int]
-) -> dict[str, Any]:
-    """The worker's memory plan (measured figures where the backend has them: CUDA)."""
-    try:
-        _, plan = plan_model(
-            spec.path,
-            settings.device,
-            buckets=buckets,
-            max_batch_tokens=settings.max_batch_tokens,
-            memory=backend.timings.memory,
-        )
-    except Exception as exc:  # a plan is advice: never a reason not to start
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    keep = ("max_batch_tokens", "max_sequences", "kv_tokens", "bucket_rows", "measured")
-    return {k: v for k, v in plan.as_dict().items() if k in keep} | {"warnings": plan.warnings}
-
-
-def health(
-    spec: ModelSpec, backend: ModelBackend, worker_id: str, buckets: list[int]
-) -> dict[str, Any]:
-    t = backend.timings
-    return {
-        "worker_id": worker_id,
-        "model": backend.name,
-        "version": spec.version,
-        "device": str(getattr(backend, "device", "?")),
-        "buckets": buckets,
-        "load_weights_s": round(t.load_weights_s, 3),
-        "build_s": round(t.build_s, 3),
-        "warm_up_s": round(t.warm_up_s, 3),
-        "memory": t.memory,
-        "peak_bytes_per_bucket": t.peak_bytes_per_bucket,
-    }
-
-
-def record_warmed(
-    settings: Settings, spec: ModelSpec, backend: ModelBackend, worker_id: str, shapes: list[Shape]
-) -> None:
-    """The first worker to warm a registered version up on a device writes what it measured
-    into the version's manifest (in the registry)."""
-    if spec.manifest is None:
-        return
-    t = backend.timings
-    warmed = Warmed(
-        device=device_name(backend),
-        worker=worker_id,
-        load_weights_s=round(t.load_weights_s, 3),
-        build_s=round(t.build_s, 3),
-        warm_up_s=round(t.warm_up_s, 3),
-        memory_kind="cuda_peak_allocated" if t.memory_kind.startswith("cuda") else "cpu_peak_rss",
-        peak_bytes_per_bucket=t.peak_bytes_per_bucket,
-        shapes=[WarmUpShape(bucket=s.bucket, length=s.length, rows=s.rows) for s in shapes],
-    )
-    try:
-        if ModelCatalog.for_writing(settings.sql_url).record_warm_up(
-            spec.name, spec.version, warmed
-        ):
-            log.info("recorded the warm-up of %s on %s in its manifest", spec.ref, warmed.device)
-    except Exception:  # the manifest's figures are for people: never a reason not to serve
-        log.warning("warm-up figures not recorded in the registry", exc_info=True)
-
-
-def recent_lengths(
-    client: redis.Redis, prefix: str, buckets: list[int]
-) -> dict[int, Mapping[int, int]]:
-    """The buckets' recent request lengths (none when Redis cannot say: bucket bounds)."""
-    try:
-        return LengthHistogram(client, prefix).recent(buckets)
-    except connections.REDIS_ERRORS:
-        log.warning("no recent request lengths (Redis unreachable): warming up at bucket bounds")
-        return {}
-
-
-def after_delivery(usage: UsageMeter) -> Callable[[int, list[tuple[BatchItem, Reply]]], None]:
-    """Once a batch's replies are acknowledged: its metrics, its requests' spans, and each
-    tenant's usage."""
-
-    def after(bucket: int, replies: list[tuple[BatchItem, Reply]]) -> None:
-        now = time.time()
-        metrics.observe(bucket, replies, now)
-        record_spans(bucket, replies, now)
-        try:
-            usage.add(usage_of(replies))
-        except connections.REDIS_ERRORS:  # accounting never fails a batch already answered
-            log.warning("usage of a batch not counted: Redis unreachable", exc_info=True)
-
-    return after
-
-
-def usage_of(replies: list[tuple[BatchItem, Reply]]) -> dict[str, Totals]:
-    """Per tenant: requests computed, their tokens and device time."""
-    out: dict[str, Totals] = {}
-    for _, reply in replies:
-        if reply.cost is not None:
-            totals = out.setdefault(reply.tenant, Totals())
-            totals += Totals(requests=1, tokens=reply.cost.tokens, device_ms=reply.cost.device_ms)
-    return out
-
-
 def bulk_runner(nice: int) -> ThreadPoolExecutor | None:
     """One thread at niceness ``nice`` for bulk batches (Linux sets a thread's priority by
     its id): with one torch thread a batch's model work runs in it, so the operating system
@@ -268,6 +165,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
 
     topics = Topics(settings.topic_prefix)
     ledger = Ledger(redis_client, settings.topic_prefix, settings.answered_ttl_s)
+    comparisons = Comparisons(redis_client, settings.topic_prefix, spec.name)
     ctx = BatchContext(
         backend=backend,
         ledger=ledger,
@@ -278,7 +176,13 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         heartbeat_s=settings.worker_heartbeat_s,
         buckets=list(settings.buckets),
         sessions=open_sessions(settings) if spec.task == "generate" else None,
-        after_delivery=after_delivery(UsageMeter(redis_client, settings.topic_prefix)),
+        after_delivery=after_delivery(
+            UsageMeter(redis_client, settings.topic_prefix),
+            VersionStats(redis_client, settings.topic_prefix, spec.name),
+            spec.version,
+        ),
+        model_version=spec.version,
+        shadowed=comparing(comparisons, "served", spec.version),
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,
@@ -292,6 +196,9 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
     def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
         batch = Batch.model_validate(payload)
+        if batch.shadow:
+            run_shadow(batch, ctx, comparing(comparisons, "shadow", spec.version))
+            return
         try:
             if batch.lane == "bulk" and bulk is not None:
                 bulk.submit(run_batch, batch, ctx).result()
@@ -308,11 +215,12 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
             raise task.retry(exc=exc, countdown=RETRY_COUNTDOWN_S) from exc
 
     stop = threading.Event()
+    info = {"version": spec.version, "plan": loaded["plan"].get("bucket_rows", {})}
 
     def beat() -> None:
         while not stop.is_set():
             try:
-                ledger.heartbeat(worker_id, buckets)
+                ledger.heartbeat(worker_id, buckets, info)
             except Exception:  # Redis away: keep trying, the dispatcher sees us as gone
                 log.warning("heartbeat failed", exc_info=True)
             stop.wait(settings.worker_heartbeat_s)
@@ -328,7 +236,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
             pool_cls="solo",
             concurrency=1,
             # online queues first: the broker is read in this order (tasks.celery_app)
-            queues=[topics.queue(b, lane) for lane in LANES for b in buckets],
+            queues=[topics.queue(b, lane, spec.version) for lane in LANES for b in buckets],
             loglevel=loglevel,
             without_heartbeat=True,
             without_mingle=True,

@@ -33,9 +33,11 @@ from headrace.transport import open_transport
 from headrace.usage.meter import UsageMeter
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.delivery_hooks import after_delivery
 from headrace.workers.dispatcher.shell import Dispatcher
 from headrace.workers.ledger import Ledger
-from headrace.workers.worker import TopicReplySink, after_delivery
+from headrace.workers.version_stats import VersionStats
+from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
 from tests.models.loaded import loaded_minilm
 
@@ -73,7 +75,9 @@ def test_one_trace_per_request_with_its_legs_linked_to_its_batch(
         ledger=ledger,
         sink=TopicReplySink(open_transport(settings), settings),
         worker_id="w-trace",
-        after_delivery=after_delivery(UsageMeter(redis, prefix)),
+        after_delivery=after_delivery(
+            UsageMeter(redis, prefix), VersionStats(redis, prefix, settings.model), "test"
+        ),
     )
     worker = ThreadPoolExecutor(max_workers=1)
     sent: list[Batch] = []

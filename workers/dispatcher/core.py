@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 
 from cachetools import FIFOCache
 
 from headrace.schemas.messages import (
-    Batch,
     Completion,
 )
 from headrace.schemas.topics import LANES, Lane
@@ -33,17 +31,18 @@ from headrace.workers.dispatcher.deferrals import Deferrals
 from headrace.workers.dispatcher.flights import (
     DispatcherStats,
     Flights,
-    InFlight,
     Pending,
     ref_key,
 )
 from headrace.workers.dispatcher.lanes import next_lane
 from headrace.workers.dispatcher.observer import Observer
+from headrace.workers.dispatcher.outgoing import Outgoing
 from headrace.workers.dispatcher.quotas import Quotas
 from headrace.workers.dispatcher.records import RecordsIn
 from headrace.workers.dispatcher.recovery import Exhausted, Recovery
 from headrace.workers.dispatcher.refusals import Refusals
 from headrace.workers.dispatcher.routing import TokenCounter
+from headrace.workers.dispatcher.versions import Versions
 from headrace.workers.dispatcher.workload import Workload
 from headrace.workers.health import BucketHealth
 
@@ -97,6 +96,10 @@ class DispatcherCore:
         self._turn = 0
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
+        self.versions = Versions()
+        self.outgoing = Outgoing(
+            config, self.flights, self.versions, self.stats, self.observer, clock, wall_clock
+        )
         self.refusals = Refusals()
         self.quotas = Quotas(config.limits, self.drain_s, clock)
         self.records_in = RecordsIn(
@@ -155,6 +158,8 @@ class DispatcherCore:
                 self.quotas.not_synced(event.deltas)
             case ev.BacklogSeen():
                 self.quotas.backlog_seen(event.backlog)
+            case ev.TrafficSeen():
+                self.versions.seen_policy(event.stable, event.policy, event.revision)
             case ev.Tick():
                 self._tick(out)
         self.observer.in_flight(self.flights.counts())
@@ -264,46 +269,10 @@ class DispatcherCore:
                             out.append(self.refusals.cancelled(p, bucket))
                     pendings = keep
                 if pendings:
-                    out.append(self._dispatch(bucket, pendings))
+                    out += self.outgoing.dispatch(bucket, pendings)
             self.bulk_share.settled(bucket)
             for lane in LANES:
                 self._set_paused(bucket, lane, bool(self.flights.ready_count(bucket, lane)), out)
-
-    def _dispatch(self, bucket: int, pendings: list[Pending]) -> ev.SendBatch:
-        attempt = 1 + max(p.failures for p in pendings)
-        lane = pendings[0].lane
-        batch = Batch(
-            batch_id=uuid.uuid4().hex,
-            bucket=bucket,
-            dispatcher_id=self.config.dispatcher_id,
-            attempt=attempt,
-            dispatched_at=self.wall_clock(),
-            items=[p.item for p in pendings],
-            lane=lane,
-        )
-        real = sum(p.tokens for p in pendings)
-        padded = len(pendings) * max(p.tokens for p in pendings)
-        lease_s = self.config.lease_base_s + padded / 1000 * self.config.lease_s_per_1k_tokens
-        flight = InFlight(
-            bucket=bucket,
-            attempt=attempt,
-            lease_deadline=self.clock() + lease_s,
-            lease_s=lease_s,
-            pending={ref_key(p.item.ref): p for p in pendings},
-            lane=lane,
-        )
-        self.flights.send_out(batch.batch_id, flight)
-        self.stats.batches += 1
-        self.stats.per_bucket[bucket] += 1
-        self.stats.real_tokens += real
-        self.stats.padded_tokens += padded
-        self.observer.batch(bucket, len(pendings), real, padded)
-        return ev.SendBatch(
-            batch=batch,
-            queue=self.topics.queue(bucket, lane),
-            real_tokens=real,
-            padded_tokens=padded,
-        )
 
     def _not_sent(self, batch_id: str, out: list[ev.Action]) -> None:
         """The queue refused the batch (Redis away): first in line again once it is back."""
@@ -350,6 +319,7 @@ class DispatcherCore:
     def _workers_seen(self, event: ev.WorkersSeen, out: list[ev.Action]) -> None:
         self.recovery.state_ok()
         self.live = {b: frozenset(event.live.get(b, ())) for b in self.config.buckets}
+        self.versions.seen_workers(self.live, event.versions)
         for bucket, health in self.health.items():
             health.observe_workers(len(self.live[bucket]))
         self.recovery.runners_seen(self.live, event.runners, out)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from headrace.limits.policy import TenantLimits, TenantUsage
+from headrace.models.traffic import TrafficPolicy
 from headrace.schemas.errors import ErrorInfo
 from headrace.schemas.messages import Batch, Completion, DeadLetter, RecordRef
 from headrace.transport.base import Headers, Partition, Record
@@ -56,6 +57,19 @@ class WorkersSeen:
 
     live: Mapping[int, frozenset[str]]
     runners: Mapping[str, str | None] = field(default_factory=dict)
+    # what live workers say of themselves: the model version each serves, and each one's
+    # memory plan (bucket -> the rows a batch of that bucket may hold on it)
+    versions: Mapping[str, str] = field(default_factory=dict)
+    plans: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrafficSeen:
+    """The served model's stable version and traffic policy (``revision`` counts changes)."""
+
+    stable: str
+    policy: TrafficPolicy | None = None
+    revision: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,7 @@ Event = (
     | LimitsSynced
     | LimitsNotSynced
     | BacklogSeen
+    | TrafficSeen
     | Tick
 )
 
@@ -168,6 +183,8 @@ class SendBatch:
     queue: str
     real_tokens: int
     padded_tokens: int
+    lengths: tuple[int, ...] = ()  # each row's tokens (the lengths its bucket sees)
+    shadow: bool = False  # a shadow copy: nothing waits for it
 
 
 @dataclass(frozen=True)

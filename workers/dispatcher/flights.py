@@ -63,6 +63,7 @@ class DispatcherStats:
     redispatched: int = 0
     exhausted: int = 0
     cancelled: int = 0
+    shadowed: int = 0  # requests copied to a shadow version
     unavailable: int = 0
     redis_recoveries: int = 0
     real_tokens: int = 0
