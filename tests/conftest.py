@@ -13,6 +13,9 @@ import pytest
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
+from tests.sql_stores import store_url
+
+__all__ = ["store_url"]  # a fixture for every SQL-store test (jobs, the model registry)
 
 
 @pytest.fixture(scope="session")

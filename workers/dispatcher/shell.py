@@ -58,6 +58,7 @@ from headrace.workers.dispatcher.events import (
     WorkersSeen,
 )
 from headrace.workers.dispatcher.metrics import LAG, QUEUED_WORK, PrometheusObserver
+from headrace.workers.dispatcher.model_watch import ModelWatch
 from headrace.workers.dispatcher.settling import Settler
 from headrace.workers.intake import request_key
 from headrace.workers.ledger import ANSWERED, Ledger
@@ -123,6 +124,10 @@ class Dispatcher:
             owner=f"dispatcher-{self.dispatcher_id}",
         )
         self.settler = Settler(self.transport, self.ledger)
+        self.model_watch = ModelWatch(s, redis_client(s), self.dispatcher_id)
+        first = self.model_watch.read()  # before any record: every batch has its version
+        if first is not None:
+            self.handle(first)
         self.control = ControlReader(self.transport, s)
         self.reader = self.transport.reader(
             f"{s.topic_prefix}.dispatcher",
@@ -191,6 +196,7 @@ class Dispatcher:
                 case SendBatch() if unsent:
                     unsent.append(action.batch.batch_id)
                 case SendBatch():
+                    self.model_watch.sent(action)
                     try:
                         self.send_batch(action.batch, action.queue)
                     except REDIS_ERRORS as exc:
@@ -296,7 +302,17 @@ class Dispatcher:
         )
         batch_ids = self.core.in_flight_batch_ids()
         runners = dict(zip(batch_ids, self.ledger.runners(batch_ids), strict=True))
-        self.handle(WorkersSeen({b: frozenset(w) for b, w in live.items()}, runners))
+        info = self.ledger.worker_info(sorted(set().union(*live.values())))
+        self.handle(
+            WorkersSeen(
+                {b: frozenset(w) for b, w in live.items()},
+                runners,
+                versions={w: str(i["version"]) for w, i in info.items() if "version" in i},
+                plans={w: _rows(i.get("plan")) for w, i in info.items()},
+            )
+        )
+        for seen in self.model_watch.tick():
+            self.handle(seen)
         self._export_lag()
 
     def _export_lag(self) -> None:
@@ -373,3 +389,10 @@ class Dispatcher:
         for partition in partitions:
             self._assigned_ms.pop(partition, None)
         self.handle(PartitionsLost(partitions))
+
+
+def _rows(plan: object) -> dict[int, int]:
+    """A worker's plan as it said it (JSON: bucket names are strings): bucket -> rows."""
+    if not isinstance(plan, dict):
+        return {}
+    return {int(b): int(n) for b, n in plan.items() if str(b).isdigit() and int(n) > 0}

@@ -111,22 +111,29 @@ _MISSING_SCHEMA = (OperationalError, ProgrammingError)
 
 
 class ModelCatalog:
-    """The registry's rows. ``engine`` None: nothing was ever stored (a SQLite file that does
-    not exist yet, opened for reading)."""
+    """The registry's rows. Opened for reading, a SQLite file that does not exist yet holds
+    nothing until it appears (it is looked for again on each read)."""
 
-    def __init__(self, engine: Engine | None) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine | None, url: str | None = None) -> None:
+        self._engine_ = engine
+        self.url = url
 
     @classmethod
     def for_writing(cls, sql_url: str) -> ModelCatalog:
         engine = open_engine(sql_url)
         assert engine is not None  # created when missing
         migrate(engine)
-        return cls(engine)
+        return cls(engine, sql_url)
 
     @classmethod
     def for_reading(cls, sql_url: str) -> ModelCatalog:
-        return cls(open_engine(sql_url, create=False))
+        return cls(open_engine(sql_url, create=False), sql_url)
+
+    @property
+    def engine(self) -> Engine | None:
+        if self._engine_ is None and self.url is not None:
+            self._engine_ = open_engine(self.url, create=False)
+        return self._engine_
 
     # --- versions ------------------------------------------------------------------------------
     def add(

@@ -13,9 +13,12 @@ from rich.table import Table
 
 from headrace.config.settings import Settings
 from headrace.health.reach import require
+from headrace.ops.rollout_cli import deploy, promote, rollback, status
 from headrace.schemas.errors import ModelRegistryError
 
 models = typer.Typer(help="Model versions: register, list, show, remove; deploy and roll back.")
+for _command in (deploy, promote, rollback, status):
+    models.command()(_command)
 console = Console()
 errors = Console(stderr=True)
 EX_DATAERR = 65  # sysexits.h: the input (a source, a name) was wrong

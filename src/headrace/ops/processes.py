@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from headrace.health.ready import is_ready_line
+from headrace.ops.supervisor import Supervisor
 
 TARGETS = "metrics-targets.json"  # read by `headrace top`
 
@@ -68,7 +69,8 @@ class Proc:
         self.popen: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
 
-    def start(self, ready_timeout_s: float = 120.0) -> Proc:
+    def launch(self) -> Proc:
+        """Start it without waiting for it to be ready."""
         self._ready.clear()
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the reader thread
         self.popen = subprocess.Popen(
@@ -78,8 +80,19 @@ class Proc:
             stdin=subprocess.DEVNULL,
             env=self.env,
         )
-        pump = threading.Thread(target=self._pump, args=(self.popen, log), daemon=True)
-        pump.start()
+        self._pump_thread = threading.Thread(
+            target=self._pump, args=(self.popen, log), daemon=True
+        )
+        self._pump_thread.start()
+        return self
+
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def start(self, ready_timeout_s: float = 120.0) -> Proc:
+        self.launch()
+        assert self.popen is not None
+        pump = self._pump_thread
         deadline = time.monotonic() + ready_timeout_s
         while not self._ready.wait(0.05):
             if self.popen.poll() is not None:
@@ -112,6 +125,10 @@ class Proc:
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
+
+    def exit_code(self) -> int | None:
+        """How it ended (None: running, or never started)."""
+        return self.popen.poll() if self.popen is not None else None
 
     def kill(self) -> None:
         """kill -9, as a crash would."""
@@ -148,7 +165,10 @@ class Pipeline:
         worker_env: Mapping[str, str] | None = None,
         dispatchers: int = 1,
         metrics: bool = False,
+        supervise: bool = False,
     ) -> None:
+        """``supervise``: a worker that ends on its own is started again with backoff
+        (``headrace.ops.supervisor``)."""
         self.env = {**os.environ, **(env or {})}
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.worker_env = {**self.env, **(worker_env or {})}
@@ -170,6 +190,7 @@ class Pipeline:
             for i in range(dispatchers)
         ]
         self.dispatcher = self.dispatchers[0]
+        self.supervisor = Supervisor(self.workers) if supervise else None
         self.targets_file: Path | None = None
         if metrics:
             self.targets_file = Path(self.env.get("HEADRACE_STATE_DIR", ".headrace")) / TARGETS
@@ -195,23 +216,31 @@ class Pipeline:
             if self.targets_file is not None:
                 self.targets_file.parent.mkdir(parents=True, exist_ok=True)
                 self.targets_file.write_text(json.dumps(self.metrics_urls))
+            if self.supervisor is not None:
+                self.supervisor.start()
         except BaseException:
             self.stop()  # leave no worker behind when a later process fails to start
             raise
         return self
 
-    def add_worker(self, buckets: str = "all") -> Proc:
-        """Start one more worker (``buckets``: "all" or comma-separated boundaries)."""
+    def add_worker(
+        self, buckets: str = "all", env: Mapping[str, str] | None = None, wait: bool = True
+    ) -> Proc:
+        """Start one more worker (``buckets``: "all" or comma-separated boundaries; ``env``:
+        added to the workers' environment, e.g. the model version it serves). ``wait``:
+        until it is ready."""
         worker = Proc(
             f"worker-{len(self.workers)}",
             ["worker", "--buckets", buckets],
-            self.worker_env,
+            {**self.worker_env, **(env or {})},
             self.log_dir,
         )
         self.workers.append(worker)
-        return worker.start()
+        return worker.start() if wait else worker.launch()
 
     def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
         for proc in [*self.dispatchers, *self.workers]:
             proc.stop()
         if self.targets_file is not None:

@@ -1,5 +1,5 @@
-"""Job tests run on a SQLite file and on the PostgreSQL server running on this machine (a
-database of its own per test, dropped after)."""
+"""SQL-store tests run on a SQLite file and on the PostgreSQL server running on this machine
+(a database of its own per test, dropped after): the ``store_url`` fixture."""
 
 from __future__ import annotations
 
