@@ -1,9 +1,11 @@
 """Dynamic batching for one bucket: a small pure object with an injected clock.
 
 A batch's cost is its padded size, ``rows x longest row`` in tokens. The timer starts at the
-first arrival. A batch closes when the next item would pass ``max_batch_tokens`` (that item
-waits for the next batch), when no further item could fit, when ``max_wait_ms`` has passed
-since the first arrival, or early when the caller says the bucket's workers are idle.
+first arrival. A batch closes when the next item would pass ``max_batch_tokens`` or
+``max_rows`` (that item waits for the next batch), when no further item could fit, when
+``max_wait_ms`` has passed since the first arrival, or early when the caller says the
+bucket's workers are idle. ``max_rows`` (None: no cap) is what the smallest worker's memory
+plan holds; it may change between batches.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class DynamicBatcher(Generic[T]):
         if max_batch_tokens <= 0:
             raise ValueError("max_batch_tokens must be positive")
         self.max_batch_tokens = max_batch_tokens
+        self.max_rows: int | None = None
         self.max_wait_s = max_wait_ms / 1000.0
         self._clock = clock
         self._open: _Open[T] | None = None
@@ -47,16 +50,21 @@ class DynamicBatcher(Generic[T]):
     def add(self, item: T, tokens: int) -> list[list[T]]:
         """Add one item of ``tokens`` tokens; returns the batches this closed (0, 1 or 2)."""
         closed: list[list[T]] = []
-        if self._open is not None and self._open.cost_with(tokens) > self.max_batch_tokens:
+        if self._open is not None and not self._fits(self._open, tokens):
             closed.append(self._take())
         if self._open is None:
             self._open = _Open(first_arrival=self._clock())
         self._open.items.append(item)
         self._open.longest = max(self._open.longest, tokens)
-        # Full: no item of any length can join without passing the budget.
-        if self._open.cost_with(self._open.longest) > self.max_batch_tokens:
+        # Full: no item of any length can join without passing the budget or the rows.
+        if not self._fits(self._open, self._open.longest):
             closed.append(self._take())
         return closed
+
+    def _fits(self, batch: _Open[T], tokens: int) -> bool:
+        """One more item of ``tokens`` stays within the budget and the row cap."""
+        rows_ok = self.max_rows is None or len(batch.items) + 1 <= self.max_rows
+        return rows_ok and batch.cost_with(tokens) <= self.max_batch_tokens
 
     def due(self, idle: bool = False) -> list[T] | None:
         """The open batch if its wait is over (or ``idle``), else None."""

@@ -11,7 +11,8 @@ A stage runs on the main thread under a watchdog: past its limit the watchdog wr
 load record (Redis) and ends the process with the stage's exit code, so nothing is left
 hanging in a live process; the supervisor (Kubernetes, compose, or ``headrace.ops.processes``)
 restarts it with backoff. Exit codes: 3 a stage failed, 4 a file differs from the manifest,
-81 / 82 / 83 load_weights / build / warm_up ran past its limit.
+5 no bucket fits the memory plan, 81 / 82 / 83 load_weights / build / warm_up ran past its
+limit.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Stage(StrEnum):
 
 EXIT_FAILED = 3
 EXIT_CHECKSUM = 4
+EXIT_NO_ROOM = 5  # no bucket's batch of one row fits the memory plan
 EXIT_TIMEOUT = {Stage.load_weights: 81, Stage.build: 82, Stage.warm_up: 83}
 RECORDS_KEPT = 200
 

@@ -286,10 +286,13 @@ def plan_model(
     max_new_tokens: int = 256,
     utilization: float = 0.9,
     memory: dict[str, int] | None = None,
+    total_bytes: int | None = None,
 ) -> tuple[str, MemoryPlan]:
     """The plan for a model directory on a device; ``memory`` (a backend's measured
-    ``weights_bytes``, ``peak_bytes_per_token``, ``reserved_bytes``) replaces estimates."""
+    ``weights_bytes``, ``peak_bytes_per_token``, ``reserved_bytes``) replaces estimates;
+    ``total_bytes``: plan within this much instead of the device's memory."""
     name, total = device_memory(device)
+    total = total_bytes or total
     on_cuda = name != "cpu"
     dtype = "float16" if on_cuda else "float32"
     shape = ModelShape.from_model_dir(model_dir, dtype=dtype)

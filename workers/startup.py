@@ -24,16 +24,18 @@ log = logging.getLogger(__name__)
 
 
 def memory_plan(
-    settings: Settings, spec: ModelSpec, backend: ModelBackend, buckets: list[int]
+    settings: Settings, spec: ModelSpec, backend: ModelBackend | None, buckets: list[int]
 ) -> dict[str, Any]:
-    """The worker's memory plan (measured figures where the backend has them: CUDA)."""
+    """The worker's memory plan: estimated before loading (``backend`` None), with the
+    figures measured after warm-up where the backend has them (CUDA)."""
     try:
         _, plan = plan_model(
             spec.path,
             settings.device,
             buckets=buckets,
             max_batch_tokens=settings.max_batch_tokens,
-            memory=backend.timings.memory,
+            memory=backend.timings.memory if backend is not None else None,
+            total_bytes=settings.device_memory_bytes,
         )
     except Exception as exc:  # a plan is advice: never a reason not to start
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -95,3 +97,11 @@ def recent_lengths(
     except connections.REDIS_ERRORS:
         log.warning("no recent request lengths (Redis unreachable): warming up at bucket bounds")
         return {}
+
+
+def fitting(plan: dict[str, Any], buckets: list[int]) -> list[int]:
+    """The buckets whose batch of one row fits the plan (all of them when there is no plan)."""
+    rows = plan.get("bucket_rows")
+    if not isinstance(rows, dict):
+        return list(buckets)
+    return [b for b in buckets if rows.get(b, 1) > 0]

@@ -40,9 +40,15 @@ from headrace.workers.batch_runner import BatchContext, run_batch
 from headrace.workers.comparisons import Comparisons
 from headrace.workers.delivery_hooks import after_delivery, comparing
 from headrace.workers.ledger import Ledger, ReplyAt
-from headrace.workers.loading import Loader, LoadRecords
+from headrace.workers.loading import EXIT_NO_ROOM, Loader, LoadFailed, LoadRecords, Stage
 from headrace.workers.shadow import run_shadow
-from headrace.workers.startup import health, memory_plan, recent_lengths, record_warmed
+from headrace.workers.startup import (
+    fitting,
+    health,
+    memory_plan,
+    recent_lengths,
+    record_warmed,
+)
 from headrace.workers.tasks import TASK_NAME
 from headrace.workers.version_stats import VersionStats
 from headrace.workers.warm_up import warm_up_shapes
@@ -122,6 +128,27 @@ class TopicReplySink:
         return found
 
 
+def take_what_fits(plan: dict[str, Any], buckets: list[int], how: str) -> list[int]:
+    """The buckets this worker takes: those whose batch of one row fits its memory plan.
+    None fitting ends the worker (LoadFailed, exit 5)."""
+    kept = fitting(plan, buckets)
+    if not kept:
+        raise LoadFailed(
+            Stage.build,
+            "no_room",
+            f"no bucket of {buckets} fits this device's memory ({how} plan: {plan})",
+            EXIT_NO_ROOM,
+        )
+    if kept != buckets:
+        log.warning(
+            "memory plan (%s): bucket(s) %s do not fit; taking %s",
+            how,
+            sorted(set(buckets) - set(kept)),
+            kept,
+        )
+    return kept
+
+
 def bulk_runner(nice: int) -> ThreadPoolExecutor | None:
     """One thread at niceness ``nice`` for bulk batches (Linux sets a thread's priority by
     its id): with one torch thread a batch's model work runs in it, so the operating system
@@ -146,6 +173,9 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     redis_client = connections.redis_client(settings)
     loader = Loader(settings, worker_id, LoadRecords(redis_client, settings.topic_prefix))
     spec = loader.spec
+    if (spec.path / "config.json").is_file():  # files here already (a remote source's are
+        # fetched in the load_weights stage, under its limit; the measured plan applies then)
+        buckets = take_what_fits(memory_plan(settings, spec, None, buckets), buckets, "estimated")
     shapes = warm_up_shapes(
         buckets,
         recent_lengths(redis_client, settings.topic_prefix, buckets),
@@ -154,9 +184,9 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     )
     backend = loader.load(shapes)
     record_warmed(settings, spec, backend, worker_id, shapes)
-    loaded = health(spec, backend, worker_id, buckets) | {
-        "plan": memory_plan(settings, spec, backend, buckets)
-    }
+    plan = memory_plan(settings, spec, backend, buckets)
+    buckets = take_what_fits(plan, buckets, "measured")
+    loaded = health(spec, backend, worker_id, buckets) | {"plan": plan}
     t = backend.timings
     metrics.loaded(t.load_weights_s, t.build_s, t.warm_up_s)
     metrics.describe(worker_id, backend.name, loaded["device"], buckets)

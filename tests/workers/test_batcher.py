@@ -74,3 +74,13 @@ def test_drain_removes_items_and_empties_batch() -> None:
 def test_rejects_non_positive_budget() -> None:
     with pytest.raises(ValueError):
         DynamicBatcher(0, 10)
+
+
+def test_a_row_cap_closes_batches_within_the_token_budget() -> None:
+    batcher, _ = make(max_batch_tokens=1000)
+    batcher.max_rows = 3
+    assert batcher.add("a", 10) == [] and batcher.add("b", 10) == []
+    assert batcher.add("c", 10) == [["a", "b", "c"]]  # 3 rows: full, though 30 of 1000 tokens
+    batcher.max_rows = None
+    assert [batcher.add(x, 10) for x in "defg"] == [[], [], [], []]
+    assert len(batcher) == 4

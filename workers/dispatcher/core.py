@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from cachetools import FIFOCache
 
@@ -320,6 +320,9 @@ class DispatcherCore:
         self.recovery.state_ok()
         self.live = {b: frozenset(event.live.get(b, ())) for b in self.config.buckets}
         self.versions.seen_workers(self.live, event.versions)
+        for bucket, cap in row_caps(self.live, event.plans).items():
+            for lane in LANES:
+                self.batchers[bucket, lane].max_rows = cap
         for bucket, health in self.health.items():
             health.observe_workers(len(self.live[bucket]))
         self.recovery.runners_seen(self.live, event.runners, out)
@@ -366,3 +369,15 @@ class DispatcherCore:
             return
         self._state_logged = now
         log.info(self.describe())
+
+
+def row_caps(
+    live: Mapping[int, frozenset[str]], plans: Mapping[str, Mapping[int, int]]
+) -> dict[int, int | None]:
+    """Per bucket, the rows a batch may hold: what the smallest memory plan among the
+    bucket's live workers says (None: no live worker has a plan for it)."""
+    caps: dict[int, int | None] = {}
+    for bucket, workers in live.items():
+        said = [plans[w][bucket] for w in workers if bucket in plans.get(w, {})]
+        caps[bucket] = max(1, min(said)) if said else None
+    return caps

@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     session_l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     torch_threads: int | None = None
     device: str = "auto"  # "auto" picks cuda when present, else cpu
+    # The memory a worker plans within (None: the CUDA device's, or what this machine has
+    # available). A worker takes no bucket whose batch of one row does not fit, and tells the
+    # dispatchers how many rows each of its buckets' batches may hold.
+    device_memory_bytes: int | None = Field(default=None, ge=1)
     # Each loading stage's limit: past it the worker ends (exit 81 / 82 / 83) and its
     # supervisor starts it again with backoff.
     load_weights_timeout_s: float = Field(default=300.0, gt=0)

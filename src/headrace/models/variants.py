@@ -23,7 +23,9 @@ def perturbed_copy(source: Path, dest: Path, *, scale: float = 0.02, seed: int =
 
     if dest.exists():
         raise FileExistsError(f"{dest} exists")
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("*.safetensors", "model-manifest.json"))
+    shutil.copytree(
+        source, dest, ignore=shutil.ignore_patterns("*.safetensors", "model-manifest.json")
+    )
     generator = torch.Generator().manual_seed(seed)
     for weights in sorted(source.rglob("*.safetensors")):
         tensors = load_file(str(weights))

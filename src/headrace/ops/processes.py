@@ -80,9 +80,7 @@ class Proc:
             stdin=subprocess.DEVNULL,
             env=self.env,
         )
-        self._pump_thread = threading.Thread(
-            target=self._pump, args=(self.popen, log), daemon=True
-        )
+        self._pump_thread = threading.Thread(target=self._pump, args=(self.popen, log), daemon=True)
         self._pump_thread.start()
         return self
 
