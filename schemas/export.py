@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from headrace.schemas.cache import Invalidation
+from headrace.schemas.manifest import ModelManifest
 from headrace.schemas.messages import DeadLetter, Reply, Request, StreamDelta
 
 PUBLIC_MESSAGES: dict[str, type[BaseModel]] = {
@@ -16,6 +17,7 @@ PUBLIC_MESSAGES: dict[str, type[BaseModel]] = {
     "stream-delta": StreamDelta,
     "dead-letter": DeadLetter,
     "invalidation": Invalidation,
+    "model-manifest": ModelManifest,  # not a message: the file a registered version carries
 }
 
 

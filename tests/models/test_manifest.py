@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from headrace.models.manifest import describe, detect_max_tokens, verify, write_manifest
@@ -81,3 +82,18 @@ def test_the_manifest_file_round_trips_and_is_not_listed_in_itself(
         assert MANIFEST_FILE not in {f.path for f in again.files}
     finally:
         path.unlink()
+
+
+def test_a_manifest_validates_against_its_exported_json_schema(
+    folder: Path, tmp_path: Path
+) -> None:
+    from headrace.schemas.export import export_schemas
+
+    [path] = [p for p in export_schemas(tmp_path) if p.name == "model-manifest.v1.json"]
+    schema = json.loads(path.read_text())
+    m = describe(folder, name="enc", version="v1", source=str(folder))
+    jsonschema.validate(json.loads(m.model_dump_json()), schema)
+    broken = json.loads(m.model_dump_json())
+    broken["files"][0]["sha256"] = "not-a-digest"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)

@@ -80,6 +80,7 @@ def test_exported_json_schema_validates_what_pydantic_accepts(tmp_path: Path) ->
         "dead-letter.v1.json",
         "invalidation.v1.json",
         "stream-delta.v1.json",
+        "model-manifest.v1.json",
     }
     schema = json.loads(paths["request.v1.json"].read_text())
     jsonschema.validate(json.loads(request().model_dump_json()), schema)

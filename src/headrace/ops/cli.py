@@ -120,7 +120,7 @@ def dispatcher(log_level: str = "INFO", metrics_port: int | None = MetricsPort) 
     from headrace.workers.dispatcher.shell import Dispatcher
 
     _logging(log_level)
-    settings = _needs("kafka", "redis")
+    settings = _needs("kafka", "redis", "sql")  # sql: the model registry
     _serve_health(metrics_port, settings, "dispatcher")
     service = Dispatcher(settings)
     # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
@@ -145,7 +145,7 @@ def worker(
     if plan:
         _print_plan(settings, _buckets(buckets, settings), max_new_tokens)
         return
-    require(settings, "kafka", "redis")
+    require(settings, "kafka", "redis", "sql")  # sql: the model registry
     _serve_health(metrics_port, settings, "worker")
     try:
         serve(settings, _buckets(buckets, settings), loglevel=log_level)
