@@ -47,7 +47,7 @@ from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.consumers.replies import ReplyListener
 from headrace.health.tracing import headers_of, submitting
 from headrace.limits.gate import Gate
-from headrace.models.registry import resolve
+from headrace.models.registry import resolve, serving_version
 from headrace.models.tokenizer import count_with, tokenizer_of
 from headrace.producers.generation import GenerationMixin
 from headrace.producers.resend import Resender, Unanswered
@@ -135,10 +135,13 @@ class Client(GenerationMixin):
         cache_class: str = "default",
         generation: GenerateParams | None = None,
         session_id: str | None = None,
+        routing_key: str | None = None,
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
         ``InvalidRequestError`` subclass naming the first bad text. ``generation``: the
-        texts are prompts of a generation model (bucketed by prompt length)."""
+        texts are prompts of a generation model (bucketed by prompt length).
+        ``routing_key``: under a split sticky by key, requests with the same key are served
+        by the same model version."""
         model = model or self.settings.model
         spec = resolve(self.settings, model)  # UnknownModelError
         task: Literal["embed", "generate"] = "generate" if generation is not None else "embed"
@@ -186,6 +189,7 @@ class Client(GenerationMixin):
                 token_count=tokens,
                 cache=directive,
                 session_id=session_id,
+                routing_key=routing_key,
             )
             # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
             if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
@@ -211,7 +215,7 @@ class Client(GenerationMixin):
         """Produce a prepared request (no checks) and return its submission; a cache hit is
         answered at once and not produced."""
         if self.cache is not None and request.cache is not None:
-            version = resolve(self.settings, request.model).version
+            version = serving_version(self.settings, request)
             hit = self.cache.get(request_key(request, version))
             if hit is not None:
                 self._count_hit(request.tenant)
@@ -223,6 +227,7 @@ class Client(GenerationMixin):
                         model=request.model,
                         result=hit.entry.result,
                         cache_tier=hit.tier,
+                        model_version=version,
                     )
                 )
                 return Submission(request=request, bucket=bucket, future=answered)

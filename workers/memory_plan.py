@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from headrace.models.weights import tensors
 
 GIB = 1024**3
 DTYPE_BYTES = {
@@ -117,21 +118,9 @@ def _first(config: Mapping[str, Any], *keys: str) -> int:
 
 def safetensors_size(model_dir: Path) -> tuple[int, int]:
     """Parameters and bytes of every ``*.safetensors`` file in ``model_dir``, from the files'
-    JSON headers alone (8-byte little-endian length, then the header)."""
-    params = size = 0
-    for path in sorted(model_dir.glob("*.safetensors")):
-        with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        for name, tensor in header.items():
-            if name == "__metadata__":
-                continue
-            count = 1
-            for dim in tensor["shape"]:
-                count *= dim
-            params += count
-            size += count * DTYPE_BYTES[tensor["dtype"]]
-    return params, size
+    headers alone."""
+    found = list(tensors(model_dir))
+    return sum(t.count for t in found), sum(t.count * DTYPE_BYTES[t.dtype] for t in found)
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,8 @@ RECOVERED = Counter(
 )
 INFO = Gauge(
     "headrace_worker_info",
-    "1, labelled with what this worker is: its id, model, device and buckets",
-    ["worker_id", "model", "device", "buckets"],
+    "1, labelled with what this worker is: its id, model, version, device and buckets",
+    ["worker_id", "model", "version", "device", "buckets"],
 )
 LOAD_STAGE = Gauge("headrace_worker_load_stage_seconds", "Seconds each load stage took", ["stage"])
 MEMORY = Gauge("headrace_worker_memory_bytes", "Memory this worker holds", ["kind"])
@@ -84,8 +84,8 @@ def observe(batch_bucket: int, replies: Sequence[tuple[BatchItem, Reply]], now: 
     BATCHES.labels(bucket).inc()
 
 
-def describe(worker_id: str, model: str, device: str, buckets: Sequence[int]) -> None:
-    INFO.labels(worker_id, model, device, ",".join(map(str, buckets))).set(1)
+def describe(worker_id: str, model: str, version: str, device: str, buckets: Sequence[int]) -> None:
+    INFO.labels(worker_id, model, version, device, ",".join(map(str, buckets))).set(1)
 
 
 def replies_recovered(count: int) -> None:

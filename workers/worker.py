@@ -189,7 +189,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     loaded = health(spec, backend, worker_id, buckets) | {"plan": plan}
     t = backend.timings
     metrics.loaded(t.load_weights_s, t.build_s, t.warm_up_s)
-    metrics.describe(worker_id, backend.name, loaded["device"], buckets)
+    metrics.describe(worker_id, backend.name, spec.version, loaded["device"], buckets)
     metrics.watch_memory(str(getattr(backend, "device", "cpu")))
     print("LOADED " + json.dumps(loaded), flush=True)
 

@@ -26,7 +26,7 @@ from headrace.config.settings import Settings
 from headrace.models import rollout
 from headrace.models.catalog import ModelCatalog
 from headrace.models.register import register
-from headrace.models.traffic import CanaryRules, TrafficPolicy
+from headrace.models.traffic import CanaryRules, TrafficPolicy, assign
 from headrace.models.variants import label_of, perturbed_copy
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
@@ -208,3 +208,40 @@ def test_a_shadow_is_computed_and_compared_and_never_answered(versioned: Version
     print("shadow comparison:", found)
     assert found["shadow_errors"] == 0
     assert 0.5 < found["mean_cosine"] < 0.9999  # perturbed: near the stable result, not it
+
+
+def test_the_cache_keys_results_by_the_version_that_computed_them(versioned: Versioned) -> None:
+    versioned.reset()
+    s, catalog = versioned.settings, versioned.catalog
+    policy, _ = rollout.change(
+        catalog, s.model, lambda p: rollout.split(p, "v2", 50, "key"), action="deploy"
+    )
+    time.sleep(1.5)
+    keys = {assign(policy, "acme", "any", f"user-{i}"): f"user-{i}" for i in range(50)}
+    text = f"a cached sentence {uuid.uuid4().hex[:6]}"
+    cached = s.model_copy(update={"cache_enabled": True})
+    with Client(cached, tenant="acme") as client:
+        first = client.submit(text, routing_key=keys["v2"], cache_class="default").result(60)
+        assert (first.model_version, first.cache_tier) == ("v2", None)
+        deadline = time.monotonic() + 10
+        while True:  # the worker writes through after replying
+            again = client.submit(text, routing_key=keys["v2"]).result(60)
+            if again.cache_tier is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert again.cache_tier is not None and again.model_version == "v2"
+        other = client.submit(text, routing_key=keys["v1"]).result(60)
+    assert (other.model_version, other.cache_tier) == ("v1", None)  # v2's entry is not v1's
+
+
+def test_each_version_carries_what_its_first_worker_measured_warming_it_up(
+    versioned: Versioned,
+) -> None:
+    for version in ("v1", "v2"):
+        record = versioned.catalog.get(versioned.settings.model, version)
+        assert record is not None
+        warmed = record.manifest.warmed["cpu"]
+        assert warmed.load_weights_s > 0 and warmed.warm_up_s > 0
+        assert warmed.memory_kind == "cpu_peak_rss"
+        assert set(warmed.peak_bytes_per_bucket) == set(versioned.settings.buckets)
+        assert min(warmed.peak_bytes_per_bucket.values()) > 100 * 2**20  # MiniLM in a process

@@ -120,3 +120,14 @@ def test_the_stable_version_follows_the_policy_and_a_serving_version_stays(
         unregister(settings, model, "v2")
     unregister(settings, model, "v1")  # rolled out of service: it may go
     assert not manifest_folder(settings, model, "v1").exists()
+
+
+def test_a_causal_lm_folder_registers_as_a_generation_model(settings: Settings) -> None:
+    record, _ = register(settings, name(), str(model_spec("headrace-test-lm").path), "v1")
+    m = record.manifest
+    assert (m.task, m.architecture, m.model_type, m.max_tokens) == (
+        "generate",
+        "GPT2LMHeadModel",
+        "gpt2",
+        512,
+    )

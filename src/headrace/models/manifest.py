@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
 from headrace.models.sources import kind_of, list_local
+from headrace.models.weights import tensors
 from headrace.schemas.errors import ChecksumMismatchError, ModelSourceError
 from headrace.schemas.manifest import MANIFEST_FILE, ManifestFile, ModelManifest
 
@@ -71,25 +71,13 @@ def detect_max_tokens(config: dict[str, Any], folder: Path) -> int:
 
 
 def safetensors_summary(folder: Path) -> tuple[str, int]:
-    """(the commonest stored dtype, parameter count) of the safetensors files, from their
-    headers (8-byte little-endian length, then JSON)."""
+    """(the commonest stored dtype, parameter count) of the safetensors weights."""
     dtypes: Counter[str] = Counter()
-    params = 0
-    for path in sorted(folder.rglob("*.safetensors")):
-        with open(path, "rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
-        for name, tensor in header.items():
-            if name == "__metadata__":
-                continue
-            count = 1
-            for dim in tensor["shape"]:
-                count *= int(dim)
-            params += count
-            dtypes[tensor["dtype"]] += count
+    for tensor in tensors(folder):
+        dtypes[tensor.dtype] += tensor.count
     if not dtypes:
         raise ModelSourceError(f"{folder} holds no .safetensors weights")
-    return dtypes.most_common(1)[0][0], params
+    return dtypes.most_common(1)[0][0], sum(dtypes.values())
 
 
 def hash_files(folder: Path) -> list[ManifestFile]:

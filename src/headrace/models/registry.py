@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING
 from headrace.models.catalog import ModelCatalog, RegisteredVersion
 from headrace.models.manifest import verify
 from headrace.models.sources import FetchStats, fetch, kind_of, local_folder, parse_source
+from headrace.models.traffic import TrafficPolicy, assign
 from headrace.schemas.errors import UnknownModelError
 from headrace.schemas.manifest import FileKind, ModelManifest
 
 if TYPE_CHECKING:
     from headrace.config.settings import Settings
+    from headrace.schemas.messages import Request
 
 SERVING_CACHE_S = 1.0  # how long a process trusts the stable version it read
 
@@ -126,19 +128,25 @@ class Registry:
         self.catalog = catalog
         self.cache_root = cache_root
         self._versions: dict[tuple[str, str], ModelSpec] = {}
-        self._serving: dict[str, tuple[float, str | None]] = {}
+        self._serving: dict[str, tuple[float, TrafficPolicy | None, str | None]] = {}
         self._lock = threading.Lock()
 
-    def serving_version(self, name: str) -> str | None:
+    def policy(self, name: str) -> tuple[TrafficPolicy | None, str | None]:
+        """The model's traffic policy and stable version (None, None: not registered), as
+        read at most ``SERVING_CACHE_S`` ago."""
         now = time.monotonic()
         with self._lock:
             seen = self._serving.get(name)
         if seen is not None and now - seen[0] < SERVING_CACHE_S:
-            return seen[1]
-        version = self.catalog.serving_version(name)
+            return seen[1], seen[2]
+        policy, _ = self.catalog.policy(name)
+        stable = policy.stable if policy is not None else self.catalog.serving_version(name)
         with self._lock:
-            self._serving[name] = (now, version)
-        return version
+            self._serving[name] = (now, policy, stable)
+        return policy, stable
+
+    def serving_version(self, name: str) -> str | None:
+        return self.policy(name)[1]
 
     def spec(self, name: str, version: str | None = None) -> ModelSpec:
         if version is None:
@@ -183,6 +191,17 @@ def resolve(settings: Settings, name: str | None = None, version: str | None = N
     """The spec of ``name`` (default: the pipeline's model) at ``version`` (default: its
     stable version)."""
     return registry(settings).spec(name or settings.model, version)
+
+
+def serving_version(settings: Settings, request: Request) -> str:
+    """The version the model's traffic policy gives ``request`` (what a client looks the
+    result cache up under; the dispatcher may still move it to the stable version when the
+    assigned one has no live worker)."""
+    reg = registry(settings)
+    policy, stable = reg.policy(request.model)
+    if policy is not None:
+        return assign(policy, request.tenant, request.request_id, request.routing_key)
+    return stable if stable is not None else reg.spec(request.model).version
 
 
 def materialize(

@@ -187,16 +187,23 @@ def status(
     )
     stats = VersionStats(client, settings.topic_prefix, model)
     table = Table(title=f"versions (last {window_s:g}s)")
-    for column in ("version", "workers", "req/s", "errors", "p50 ms", "p99 ms"):
+    columns = ("version", "workers", "req/s", "share", "target", "errors", "p50 ms", "p99 ms")
+    for column in columns:
         table.add_column(column, justify="left" if column == "version" else "right")
     now = time.time()
-    for version in versions:
-        w = stats.window(version, now, window_s)
+    windows = {v: stats.window(v, now, window_s) for v in versions}
+    total = sum(w.requests for w in windows.values())
+    targets = policy.weights() if policy is not None else {stable: 1.0}
+    for version, w in windows.items():
         count = sum(1 for i in info.values() if i.get("version") == version)
+        target = targets.get(version, 0.0)
+        share = w.requests / total if total else 0.0
         table.add_row(
             version + (" *" if version == stable else ""),
             str(count),
             f"{w.requests / window_s:.1f}",
+            f"{share:.1%}" if total else "-",
+            f"{target:.1%}" + (f" ({(share - target) * 100:+.1f} pt)" if total else ""),
             f"{w.error_rate:.1%}",
             f"{w.p50_ms:.0f}" if w.p50_ms else "-",
             f"{w.p99_ms:.0f}" if w.p99_ms else "-",

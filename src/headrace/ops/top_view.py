@@ -187,7 +187,7 @@ def workers_view(cur: list[Scrape], prev: Mapping[str, Scrape]) -> list[WorkerRo
                 url=s.url,
                 state=state,
                 worker_id=label(info, "worker_id"),
-                model=label(info, "model"),
+                model=":".join(p for p in (label(info, "model"), label(info, "version")) if p),
                 buckets=label(info, "buckets"),
                 memory_bytes=held.get("cuda_reserved", held.get("rss")),
                 memory_share=s.total("headrace_worker_memory_used_ratio") if memory else None,
