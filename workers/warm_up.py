@@ -1,25 +1,14 @@
-"""Warm-up shaped like the traffic (pure): for each bucket, batches at the lengths its
-requests recently had: the median (the common case) and the longest seen (the worst case
-the bucket takes); a bucket with no recorded traffic is warmed at its bound."""
+"""Warm-up shaped like the traffic (pure): each bucket is warmed with one batch at the
+longest length its requests recently had (the worst case the bucket takes, and the peak
+memory it needs), never longer than its bound; a bucket with no recorded traffic is warmed
+at its bound. One batch per bucket: a restarted worker is ready no later than one warmed at
+the bounds."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from headrace.workers.backends.base import Shape
-
-
-def quantile(histogram: Mapping[int, int], q: float) -> int:
-    """The smallest length with at least ``q`` of the counts at or below it."""
-    total = sum(histogram.values())
-    if total <= 0:
-        raise ValueError("an empty histogram has no quantile")
-    seen = 0
-    for length in sorted(histogram):
-        seen += histogram[length]
-        if seen >= q * total:
-            return length
-    return max(histogram)
 
 
 def warm_up_shapes(
@@ -38,6 +27,5 @@ def warm_up_shapes(
         if not seen:
             shapes.append(Shape(bucket, cap, rows))
             continue
-        for length in sorted({quantile(seen, 0.5), max(seen)}):
-            shapes.append(Shape(bucket, max(1, min(length, cap)), rows))
+        shapes.append(Shape(bucket, max(1, min(max(seen), cap)), rows))
     return shapes

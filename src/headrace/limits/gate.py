@@ -92,17 +92,20 @@ class Gate:
         wall = self.wall_clock()
         bound = self.settings.backlog_bound(bucket)
         if bound is not None:
-            if "all" not in self._backlogs:
-                self._backlogs["all"] = self.store.backlogs(wall)
-            seen = self._backlogs["all"].get(bucket)
+            # read once into a local: an entry can expire between a check and a read
+            backlogs = self._backlogs.get("all")
+            if backlogs is None:
+                backlogs = self._backlogs["all"] = self.store.backlogs(wall)
+            seen = backlogs.get(bucket)
             if seen is not None and seen.backlog >= bound:
                 drain = (seen.backlog - bound + 1) * seen.drain_s
                 return overloaded(bucket, seen.backlog, bound, drain)
-        if tenant not in self._tenants:
+        known = self._tenants.get(tenant)
+        if known is None:
             limits = self.store.overrides().get(tenant, self.defaults)
             usage = self.store.usage(tenant, wall) if limits.limited else TenantUsage()
-            self._tenants[tenant] = (limits, usage)
-        limits, usage = self._tenants[tenant]
+            known = self._tenants[tenant] = (limits, usage)
+        limits, usage = known
         if not limits.limited:
             return None
         return refusal(limits, usage, wall, self.settings.quota_window_s, tokens)
