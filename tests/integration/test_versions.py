@@ -245,3 +245,25 @@ def test_each_version_carries_what_its_first_worker_measured_warming_it_up(
         assert warmed.memory_kind == "cpu_peak_rss"
         assert set(warmed.peak_bytes_per_bucket) == set(versioned.settings.buckets)
         assert min(warmed.peak_bytes_per_bucket.values()) > 100 * 2**20  # MiniLM in a process
+
+
+def test_a_healthy_canary_is_stepped_up_and_promoted_by_the_judge(versioned: Versioned) -> None:
+    versioned.reset()
+    s, catalog = versioned.settings, versioned.catalog
+    rules = CanaryRules(steps=(0.25, 0.5), step_s=2, window_s=10, min_requests=5)
+    _, deployed = rollout.change(
+        catalog, s.model, lambda p: rollout.canary(p, "v2", rules), action="deploy"
+    )
+    deadline = time.monotonic() + 90
+    with Client(s, tenant="acme") as client:
+        while (policy := catalog.policy(s.model)[0]) is not None and policy.stable != "v2":
+            assert time.monotonic() < deadline, policy
+            client.submit_many([f"steady traffic {i}" for i in range(10)])
+            time.sleep(0.2)
+    judged = sorted(
+        (e for e in catalog.events(s.model, 10) if e.revision > deployed), key=lambda e: e.revision
+    )
+    assert [e.action for e in judged] == ["step", "promote"]
+    assert all(e.actor.startswith("canary-judge@dispatcher-") for e in judged)
+    assert "healthy" in judged[0].detail["reason"]
+    assert policy is not None and (policy.stable, policy.previous_stable) == ("v2", "v1")
