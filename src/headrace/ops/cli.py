@@ -17,6 +17,7 @@ from rich.table import Table
 from headrace.config.settings import Settings
 from headrace.health.reach import explain, require
 from headrace.jobs.cli import batch
+from headrace.ops.buckets_cli import buckets
 from headrace.ops.dev_cli import dev
 from headrace.ops.limits_cli import limits
 from headrace.ops.models_cli import models
@@ -36,6 +37,7 @@ app.add_typer(batch, name="batch")
 app.add_typer(cost, name="cost")
 app.add_typer(limits, name="limits")
 app.add_typer(models, name="models")
+app.add_typer(buckets, name="buckets")
 app.command()(top)
 api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")
 app.add_typer(api_key, name="api-key")
