@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 _EPSILON_S = 1e-9  # float rounding of clock arithmetic must not delay a due batch
@@ -74,6 +74,11 @@ class DynamicBatcher(Generic[T]):
             return self._take()
         return None
 
+    def flush(self, idle: bool = False) -> list[list[T]]:
+        """``due`` as a list of batches (the interface the packer shares)."""
+        batch = self.due(idle)
+        return [batch] if batch else []
+
     def seconds_until_due(self) -> float | None:
         if self._open is None:
             return None
@@ -96,3 +101,20 @@ class DynamicBatcher(Generic[T]):
         items = self._open.items
         self._open = None
         return items
+
+
+class Batcher(Protocol[T]):
+    """What the dispatcher's core needs of a bucket's batcher: this arrival-order one, or
+    the packer (``packing.PackingBatcher``)."""
+
+    max_rows: int | None
+
+    def __len__(self) -> int: ...
+
+    def add(self, item: T, tokens: int) -> list[list[T]]: ...
+
+    def flush(self, idle: bool = False) -> list[list[T]]: ...
+
+    def seconds_until_due(self) -> float | None: ...
+
+    def drain(self, keep: Callable[[T], bool]) -> list[T]: ...

@@ -4,16 +4,19 @@ pipeline serves."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from headrace.config.settings import Settings
 from headrace.limits.policy import TenantLimits
 from headrace.schemas.topics import Lane, Topics
+from headrace.workers.batcher import Batcher, DynamicBatcher
+from headrace.workers.dispatcher.flights import Pending
 from headrace.workers.dispatcher.lanes import LanePolicy
 from headrace.workers.dispatcher.quotas import LimitsPolicy
 from headrace.workers.health import HealthPolicy
+from headrace.workers.packing import PackingBatcher
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,25 @@ class CoreConfig:
     # next expected offset skipped records (seen with tansu); read them again
     contiguous_offsets: bool = True
     scaling_prior_tokens_per_s: float = 5000.0
+    # a bucket's waiting requests are packed into batches of similar length (False: the
+    # arrival-order rule, which the delivery unit tests use)
+    pack: bool = False
+    batch_overhead_tokens: int = 32
+    pack_window: int = 2
     lanes: LanePolicy = field(default_factory=LanePolicy)
     limits: LimitsPolicy = field(default_factory=LimitsPolicy)
+
+    def batcher(self, lane: Lane, clock: Callable[[], float]) -> Batcher[Pending]:
+        """A bucket's batcher for ``lane``: the packer, or the arrival-order rule."""
+        if self.pack:
+            return PackingBatcher(
+                self.batch_tokens(lane),
+                self.max_wait_ms,
+                clock,
+                overhead_tokens=self.batch_overhead_tokens,
+                window=self.pack_window,
+            )
+        return DynamicBatcher(self.batch_tokens(lane), self.max_wait_ms, clock)
 
     def batch_tokens(self, lane: Lane) -> int:
         """A lane's padded-token budget: bulk batches are smaller, so a worker busy with one
@@ -77,6 +97,9 @@ class CoreConfig:
             ),
             contiguous_offsets=settings.broker_flavor == "tansu",
             scaling_prior_tokens_per_s=settings.scaling_prior_tokens_per_s,
+            pack=settings.pack_batches,
+            batch_overhead_tokens=settings.batch_overhead_tokens,
+            pack_window=settings.pack_window,
             lanes=LanePolicy(
                 reserved_workers=settings.bulk_reserved_workers,
                 starvation_s=settings.bulk_starvation_s,

@@ -23,7 +23,7 @@ from headrace.schemas.messages import (
 )
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
-from headrace.workers.batcher import DynamicBatcher
+from headrace.workers.batcher import Batcher
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.bulk_share import BulkShare
 from headrace.workers.dispatcher.config import CoreConfig
@@ -79,10 +79,8 @@ class DispatcherCore:
         }
         self.lane_of_topic[config.topics.ingress] = "online"
         self.flights = Flights(list(config.buckets))
-        self.batchers: dict[tuple[int, Lane], DynamicBatcher[Pending]] = {
-            (b, lane): DynamicBatcher(config.batch_tokens(lane), config.max_wait_ms, clock)
-            for b in config.buckets
-            for lane in LANES
+        self.batchers: dict[tuple[int, Lane], Batcher[Pending]] = {
+            (b, lane): config.batcher(lane, clock) for b in config.buckets for lane in LANES
         }
         self.health = {b: BucketHealth(config.health, clock) for b in config.buckets}
         self.stats = DispatcherStats()
@@ -251,8 +249,7 @@ class DispatcherCore:
             for lane in LANES:
                 counted = self.flights.in_flight_count(bucket)
                 idle = counted + self.flights.ready_count(bucket) < len(self.live.get(bucket, ()))
-                batch = self.batchers[bucket, lane].due(idle=idle)
-                if batch:
+                for batch in self.batchers[bucket, lane].flush(idle=idle):
                     self.flights.queue(bucket, batch)
             while (
                 chosen := next_lane(self.bulk_share.lanes_of(bucket, self.live), self.config.lanes)

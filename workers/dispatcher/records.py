@@ -18,7 +18,7 @@ from headrace.schemas.messages import BatchItem, RecordRef, Request
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
-from headrace.workers.batcher import DynamicBatcher
+from headrace.workers.batcher import Batcher
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
@@ -40,7 +40,7 @@ class RecordsIn:
         bucket_of_topic: Mapping[str, int | None],
         lane_of_topic: Mapping[str, Lane],
         flights: Flights,
-        batchers: Mapping[tuple[int, Lane], DynamicBatcher[Pending]],
+        batchers: Mapping[tuple[int, Lane], Batcher[Pending]],
         health: Mapping[int, BucketHealth],
         cancelled: FIFOCache[ev.RequestKey, None],
         refusals: Refusals,

@@ -130,6 +130,13 @@ class Settings(BaseSettings):
     buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_BUCKETS))
     max_batch_tokens: int = Field(default=4096, ge=1)  # padded tokens: rows x longest row
     max_wait_ms: float = Field(default=20.0, ge=0)
+    # Packing: a bucket's waiting requests are sorted by length and cut into batches where
+    # the padded tokens saved pass batch_overhead_tokens per extra batch (what a batch costs
+    # beyond its tokens), once pack_window batches' worth wait, max_wait_ms has passed, or
+    # the bucket's workers are idle. False: batches in arrival order, sent when full.
+    pack_batches: bool = True
+    batch_overhead_tokens: int = Field(default=32, ge=0)
+    pack_window: int = Field(default=2, ge=1)
     max_inflight_batches_per_bucket: int = Field(default=8, ge=1)
     # Bulk jobs ride their own lane (topics <prefix>.requests.b<N>.bulk): online batches go
     # first; bulk holds at most the bucket's live workers less bulk_reserved_workers (at least

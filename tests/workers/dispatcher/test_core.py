@@ -372,3 +372,13 @@ def test_requests_answered_while_no_dispatcher_held_them_are_done_at_once() -> N
     rig.complete(send)
     commits = of(ev.Commit, rig.tick(0.2))
     assert commits and max(commits[-1].offsets.values()) == 4
+
+
+def test_with_packing_a_mixed_bucket_goes_out_in_batches_of_similar_length() -> None:
+    rig = Rig(pack=True, batch_overhead_tokens=4, max_batch_tokens=4096)
+    lengths = [3, 16, 4, 15, 3, 16, 4, 15, 3, 16, 4, 15]
+    rig.read(*[rig.request(f"r{i}", tokens=n) for i, n in enumerate(lengths)])
+    sends = of(ev.SendBatch, rig.tick(0.05))  # no idle worker: at max_wait
+    assert sorted(len(ids(s)) for s in sends) == [6, 6]
+    assert sorted(max(s.lengths) for s in sends) == [4, 16]
+    assert sum(s.padded_tokens for s in sends) == 6 * 4 + 6 * 16  # arrival order: 12 x 16
