@@ -120,10 +120,7 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         (item, _failure(item, CANCELLED) if late else reply)
         for (item, reply), late in zip(replies, cancelled, strict=True)
     ]
-    if ctx.model_version is not None:
-        replies = [
-            (i, r.model_copy(update={"model_version": ctx.model_version})) for i, r in replies
-        ]
+    replies = stamped(replies, ctx.model_version)
     _record_sessions(replies, ctx)
     if ctx.before_delivery is not None:
         try:
@@ -165,6 +162,15 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
 
 
 CANCELLED = ErrorInfo(code=ErrorCode.cancelled, message="cancelled")
+
+
+def stamped(
+    replies: list[tuple[BatchItem, Reply]], version: str | None
+) -> list[tuple[BatchItem, Reply]]:
+    """The replies saying which model version made them (unchanged when none is known)."""
+    if version is None:
+        return replies
+    return [(i, r.model_copy(update={"model_version": version})) for i, r in replies]
 
 
 def _prompt(request: Request, ctx: BatchContext) -> str:

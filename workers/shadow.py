@@ -11,7 +11,7 @@ from dataclasses import replace
 from headrace.health.tracing import Headers
 from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta
 from headrace.transport.base import Delivered
-from headrace.workers.batch_runner import BatchContext, answer
+from headrace.workers.batch_runner import BatchContext, answer, stamped
 from headrace.workers.ledger import ReplyAt
 
 log = logging.getLogger(__name__)
@@ -37,11 +37,7 @@ def run_shadow(
 ) -> int:
     """Compute the shadow batch and hand its replies to ``compare``; the rows computed."""
     quiet = replace(ctx, sink=_Discard(), before_delivery=None, after_delivery=None)
-    replies = answer(batch, list(batch.items), quiet)
-    if ctx.model_version is not None:
-        replies = [
-            (i, r.model_copy(update={"model_version": ctx.model_version})) for i, r in replies
-        ]
+    replies = stamped(answer(batch, list(batch.items), quiet), ctx.model_version)
     try:
         compare(replies)
     except Exception:

@@ -196,6 +196,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     topics = Topics(settings.topic_prefix)
     ledger = Ledger(redis_client, settings.topic_prefix, settings.answered_ttl_s)
     comparisons = Comparisons(redis_client, settings.topic_prefix, spec.name)
+    compare_shadow = comparing(comparisons, "shadow", spec.version)
     ctx = BatchContext(
         backend=backend,
         ledger=ledger,
@@ -227,7 +228,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
         batch = Batch.model_validate(payload)
         if batch.shadow:
-            run_shadow(batch, ctx, comparing(comparisons, "shadow", spec.version))
+            run_shadow(batch, ctx, compare_shadow)
             return
         try:
             if batch.lane == "bulk" and bulk is not None:

@@ -52,7 +52,9 @@ class ModelWatch:
     def read(self) -> TrafficSeen | None:
         """The stable version and policy when either changed since the last read (None: no
         change, or the model is not found)."""
-        policy, revision = self.registry.catalog.policy(self.model)
+        return self._seen_now(*self.registry.catalog.policy(self.model))
+
+    def _seen_now(self, policy: TrafficPolicy | None, revision: int) -> TrafficSeen | None:
         if policy is not None:
             stable = policy.stable
         else:
@@ -79,8 +81,8 @@ class ModelWatch:
         except REDIS_ERRORS:
             log.debug("request lengths not saved: Redis unreachable")
         try:
-            self._judge()
-            seen = self.read()
+            policy, revision = self._judge(*self.registry.catalog.policy(self.model))
+            seen = self._seen_now(policy, revision)
         except REDIS_ERRORS:
             log.warning("canary not judged: Redis unreachable")
             return []
@@ -89,10 +91,12 @@ class ModelWatch:
             return []
         return [seen] if seen is not None else []
 
-    def _judge(self) -> None:
-        policy, revision = self.registry.catalog.policy(self.model)
+    def _judge(
+        self, policy: TrafficPolicy | None, revision: int
+    ) -> tuple[TrafficPolicy | None, int]:
+        """Judge a running canary; the policy in force after (the judge's, when it wrote)."""
         if policy is None or policy.canary is None:
-            return
+            return policy, revision
         rules = policy.canary.rules
         now = time.time()
         stable = self.stats.window(policy.stable, now, rules.window_s)
@@ -100,12 +104,15 @@ class ModelWatch:
         at = datetime.now(UTC)
         decision, why = judge(policy.canary, stable, trial, at)
         if decision == "hold":
-            return
-        self._write(policy, revision, apply(policy, decision, at), decision, why)
+            return policy, revision
+        new = apply(policy, decision, at)
+        written = self._write(policy, revision, new, decision, why)
+        return (new, written) if written is not None else self.registry.catalog.policy(self.model)
 
     def _write(
         self, old: TrafficPolicy, revision: int, new: TrafficPolicy, decision: str, why: str
-    ) -> None:
+    ) -> int | None:
+        """The new revision, or None when another writer changed the policy first."""
         if self._writer is None:
             self._writer = ModelCatalog.for_writing(self.settings.sql_url)
         assert old.canary is not None
@@ -127,3 +134,4 @@ class ModelWatch:
                 why,
                 written,
             )
+        return written

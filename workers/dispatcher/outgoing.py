@@ -39,12 +39,22 @@ class Outgoing:
         """One batch per model version serving these requests, and shadow copies."""
         out = []
         for version, part in self.versions.split(bucket, pendings):
-            out.append(self._send(bucket, part, version))
+            # the shadow that also computes each request (asked once per request)
+            shadows = [
+                self.versions.shadow_of(bucket, version, p) if version else None for p in part
+            ]
+            out.append(self._send(bucket, part, version, shadows))
             if version is not None:
-                out += self._shadow(bucket, version, part)
+                out += self._shadow(bucket, version, part, shadows)
         return out
 
-    def _send(self, bucket: int, pendings: list[Pending], version: str | None) -> ev.SendBatch:
+    def _send(
+        self,
+        bucket: int,
+        pendings: list[Pending],
+        version: str | None,
+        shadows: list[str | None],
+    ) -> ev.SendBatch:
         attempt = 1 + max(p.failures for p in pendings)
         lane = pendings[0].lane
         batch = Batch(
@@ -53,7 +63,7 @@ class Outgoing:
             dispatcher_id=self.config.dispatcher_id,
             attempt=attempt,
             dispatched_at=self.wall_clock(),
-            items=[self._item(bucket, version, p) for p in pendings],
+            items=[_marked(p, s) for p, s in zip(pendings, shadows, strict=True)],
             lane=lane,
             model_version=version,
         )
@@ -82,21 +92,15 @@ class Outgoing:
             lengths=tuple(p.tokens for p in pendings),
         )
 
-    def _item(self, bucket: int, version: str | None, pending: Pending) -> BatchItem:
-        """The request as its batch carries it: marked when a shadow computes it too."""
-        shadow = self.versions.shadow_of(bucket, version, pending) if version else None
-        if shadow is None:
-            return pending.item
-        return pending.item.model_copy(update={"compare_with": shadow})
-
-    def _shadow(self, bucket: int, version: str, pendings: list[Pending]) -> list[ev.SendBatch]:
+    def _shadow(
+        self, bucket: int, version: str, pendings: list[Pending], shadows: list[str | None]
+    ) -> list[ev.SendBatch]:
         """A copy of the shadowed requests for the shadow version: not tracked (nothing
         waits for it, a lost one is a lost sample) and never sent again."""
-        copied = [p for p in pendings if self.versions.shadow_of(bucket, version, p)]
-        if not copied:
+        copied = [p for p, s in zip(pendings, shadows, strict=True) if s is not None]
+        shadow = next((s for s in shadows if s is not None), None)
+        if shadow is None:
             return []
-        shadow = self.versions.shadow_of(bucket, version, copied[0])
-        assert shadow is not None
         batch = Batch(
             batch_id=f"shadow-{uuid.uuid4().hex}",
             bucket=bucket,
@@ -117,3 +121,10 @@ class Outgoing:
                 shadow=True,
             )
         ]
+
+
+def _marked(pending: Pending, shadow: str | None) -> BatchItem:
+    """The request as its batch carries it: marked when a shadow computes it too."""
+    if shadow is None:
+        return pending.item
+    return pending.item.model_copy(update={"compare_with": shadow})

@@ -220,8 +220,10 @@ class ModelCatalog:
         """The stable version: the policy's, else the first version registered; None when
         the model has no registered version."""
         policy, _ = self.policy(name)
-        if policy is not None:
-            return policy.stable
+        return policy.stable if policy is not None else self.first_version(name)
+
+    def first_version(self, name: str) -> str | None:
+        """The version registered first: stable while the model has no policy."""
         registered = self.versions(name)
         return registered[0].version if registered else None
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from headrace.models.catalog import ModelCatalog, RegisteredVersion
 from headrace.models.manifest import verify
-from headrace.models.sources import FetchStats, fetch, kind_of, local_folder, parse_source
+from headrace.models.sources import FetchStats, fetch, local_folder, parse_source
 from headrace.models.traffic import TrafficPolicy, assign
 from headrace.schemas.errors import UnknownModelError
 from headrace.schemas.manifest import FileKind, ModelManifest
@@ -140,7 +140,7 @@ class Registry:
         if seen is not None and now - seen[0] < SERVING_CACHE_S:
             return seen[1], seen[2]
         policy, _ = self.catalog.policy(name)
-        stable = policy.stable if policy is not None else self.catalog.serving_version(name)
+        stable = policy.stable if policy is not None else self.catalog.first_version(name)
         with self._lock:
             self._serving[name] = (now, policy, stable)
         return policy, stable
@@ -225,7 +225,7 @@ def materialize(
         parse_source(spec.source),
         lambda: s3_client(settings, read_timeout_s=60),
         model_cache_root(settings),
-        want=lambda rel: rel in wanted and (kinds is None or kind_of(rel) in kinds),
+        want=lambda rel: rel in wanted,
     )
     if check:
         verify(spec.manifest, folder)

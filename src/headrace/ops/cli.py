@@ -22,6 +22,7 @@ from headrace.ops.dev_cli import dev
 from headrace.ops.limits_cli import limits
 from headrace.ops.models_cli import models
 from headrace.ops.observe_cli import cost, top
+from headrace.ops.rollout_cli import deploy, promote, rollback, status
 
 app = typer.Typer(
     help="headrace: a length-bucketed inference pipeline.",
@@ -37,6 +38,8 @@ app.add_typer(batch, name="batch")
 app.add_typer(cost, name="cost")
 app.add_typer(limits, name="limits")
 app.add_typer(models, name="models")
+for _rollout in (deploy, promote, rollback, status):
+    models.command()(_rollout)
 app.add_typer(buckets, name="buckets")
 app.command()(top)
 api_key = typer.Typer(help="Gateway API keys (bearer tokens mapped to tenants).")

@@ -1,6 +1,7 @@
 """``headrace models``: register model versions (``add``), look at them (``list``, ``show``),
 remove one that no longer serves (``remove``). The traffic policy's commands (``deploy``,
-``promote``, ``rollback``, ``status``) are in ``headrace.ops.rollout_cli``."""
+``promote``, ``rollback``, ``status``) are in ``headrace.ops.rollout_cli``; both share
+``refuse`` and ``split_ref``."""
 
 from __future__ import annotations
 
@@ -13,12 +14,9 @@ from rich.table import Table
 
 from headrace.config.settings import Settings
 from headrace.health.reach import require
-from headrace.ops.rollout_cli import deploy, promote, rollback, status
 from headrace.schemas.errors import ModelRegistryError
 
 models = typer.Typer(help="Model versions: register, list, show, remove; deploy and roll back.")
-for _command in (deploy, promote, rollback, status):
-    models.command()(_command)
 console = Console()
 errors = Console(stderr=True)
 EX_DATAERR = 65  # sysexits.h: the input (a source, a name) was wrong

@@ -1,5 +1,6 @@
 """``headrace models deploy|promote|rollback|status``: which versions serve a model, changed
-while it runs (every dispatcher reads the policy again within about a second)."""
+while it runs (every dispatcher reads the policy again within about a second). The commands
+join the ``models`` group in ``headrace.ops.cli``."""
 
 from __future__ import annotations
 
@@ -12,16 +13,10 @@ from rich.table import Table
 from headrace.config.settings import Settings
 from headrace.health.reach import require
 from headrace.models.traffic import TrafficPolicy
+from headrace.ops.models_cli import refuse, split_ref
 from headrace.schemas.errors import ModelRegistryError, UnknownModelError
 
 console = Console()
-errors = Console(stderr=True)
-EX_DATAERR = 65
-
-
-def _refuse(exc: Exception) -> typer.Exit:
-    errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-    return typer.Exit(EX_DATAERR)
 
 
 def _describe(policy: TrafficPolicy) -> str:
@@ -61,13 +56,12 @@ def deploy(
     from headrace.models import rollout
     from headrace.models.catalog import ModelCatalog
     from headrace.models.traffic import CanaryRules
-    from headrace.ops.models_cli import split_ref
 
     name, version = split_ref(ref)
     if version is None:
-        raise _refuse(ModelRegistryError("give NAME:VERSION"))
+        raise refuse(ModelRegistryError("give NAME:VERSION"))
     if [canary, split_percent is not None, shadow].count(True) != 1:
-        raise _refuse(ModelRegistryError("choose one of --canary, --split PERCENT, --shadow"))
+        raise refuse(ModelRegistryError("choose one of --canary, --split PERCENT, --shadow"))
     settings = Settings()
     require(settings, "sql")
     try:
@@ -103,7 +97,7 @@ def deploy(
                 action="deploy",
             )
     except (ModelRegistryError, UnknownModelError, ValidationError, ValueError) as exc:
-        raise _refuse(exc) from exc
+        raise refuse(exc) from exc
     console.print(f"{name} revision {revision}: {_describe(policy)}")
 
 
@@ -114,7 +108,6 @@ def promote(
     back to)."""
     from headrace.models import rollout
     from headrace.models.catalog import ModelCatalog
-    from headrace.ops.models_cli import split_ref
 
     name, version = split_ref(ref)
     settings = Settings()
@@ -127,7 +120,7 @@ def promote(
             action="promote",
         )
     except (ModelRegistryError, UnknownModelError) as exc:
-        raise _refuse(exc) from exc
+        raise refuse(exc) from exc
     console.print(f"{name} revision {revision}: {_describe(policy)}")
 
 
@@ -150,7 +143,7 @@ def rollback(name: str = typer.Argument(..., help="the model")) -> None:
             ModelCatalog.for_writing(settings.sql_url), name, back, action="rollback"
         )
     except (ModelRegistryError, UnknownModelError) as exc:
-        raise _refuse(exc) from exc
+        raise refuse(exc) from exc
     console.print(f"{name} revision {revision}: rolled back the {undone[0]}; {_describe(policy)}")
 
 
