@@ -67,6 +67,10 @@ class FaultyBackend:
         return self.inner.max_tokens
 
     @property
+    def continuous(self) -> bool:
+        return bool(getattr(self.inner, "continuous", False))
+
+    @property
     def timings(self) -> LoadTimings:
         return self.inner.timings
 

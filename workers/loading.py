@@ -138,7 +138,15 @@ def make_backend(settings: Settings, spec: ModelSpec, folder: Path) -> ModelBack
         if vllm:
             backend = VLLMBackend(spec.name, folder, spec.max_tokens, settings.vllm_engine_args())
         else:
-            backend = GenerationBackend(spec.name, folder, spec.max_tokens, device=settings.device)
+            backend = GenerationBackend(
+                spec.name,
+                folder,
+                spec.max_tokens,
+                device=settings.device,
+                continuous_rows=(
+                    settings.generation_max_rows if settings.generation_slots > 1 else None
+                ),
+            )
     elif settings.worker_backend == "echo":
         log.warning("ECHO BACKEND: no model runs; replies are not embeddings (benchmarks only)")
         backend = EchoBackend(spec.name, folder, spec.max_tokens)

@@ -4,6 +4,9 @@ The model is loaded in the process that computes, in three timed stages (load we
 build, warm up with one batch per bucket at the bucket's length), before the worker consumes
 anything: a worker that fails a stage exits without taking work. The pool is ``solo``, so no
 process forks after the model (and, on GPU, CUDA) is initialised: run one worker per device.
+A generation worker whose backend batches continuously holds ``generation_slots`` batches at
+once instead, on as many threads, each with its own reply sink; they only hand rows to the
+one decode loop and wait, so the model still runs on one thread.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -36,7 +40,7 @@ from headrace.transport import Transport, TransportError, open_transport
 from headrace.transport.base import Delivered, Reader
 from headrace.usage.meter import UsageMeter
 from headrace.workers import metrics, tasks
-from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.batch_runner import BatchContext, ReplySink, run_batch
 from headrace.workers.comparisons import Comparisons
 from headrace.workers.delivery_hooks import after_delivery, comparing
 from headrace.workers.ledger import Ledger, ReplyAt
@@ -165,6 +169,20 @@ def bulk_runner(nice: int) -> ThreadPoolExecutor | None:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="bulk", initializer=lower)
 
 
+def per_thread(ctx: BatchContext, new_sink: Callable[[], ReplySink]) -> Callable[[], BatchContext]:
+    """With several batches at once (continuous batching), each batch thread gets the context
+    with a reply sink of its own: a sink's ``flush`` waits for what was sent through it."""
+    local = threading.local()
+
+    def here() -> BatchContext:
+        mine: BatchContext | None = getattr(local, "ctx", None)
+        if mine is None:
+            mine = local.ctx = replace(ctx, sink=new_sink())
+        return mine
+
+    return here
+
+
 def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> None:
     unknown = sorted(set(buckets) - set(settings.buckets))
     if unknown:
@@ -221,20 +239,28 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         ),
     )
     app = tasks.celery_app(settings)
+    # continuous batching: this many batches at once, their rows in one decode loop
+    slots = settings.generation_slots if getattr(backend, "continuous", False) else 1
+    context = (
+        per_thread(ctx, lambda: TopicReplySink(open_transport(settings), settings))
+        if slots > 1
+        else lambda: ctx
+    )
 
     bulk = bulk_runner(settings.bulk_nice)
 
     @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
     def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
         batch = Batch.model_validate(payload)
+        here = context()
         if batch.shadow:
-            run_shadow(batch, ctx, compare_shadow)
+            run_shadow(batch, here, compare_shadow)
             return
         try:
             if batch.lane == "bulk" and bulk is not None:
-                bulk.submit(run_batch, batch, ctx).result()
+                bulk.submit(run_batch, batch, here).result()
             else:
-                run_batch(batch, ctx)
+                run_batch(batch, here)
         except TRANSIENT_ERRORS as exc:
             log.warning("batch %s hit %r; retrying it once", batch.batch_id, exc)
             ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
@@ -246,7 +272,11 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
             raise task.retry(exc=exc, countdown=RETRY_COUNTDOWN_S) from exc
 
     stop = threading.Event()
-    info = {"version": spec.version, "plan": loaded["plan"].get("bucket_rows", {})}
+    info = {
+        "version": spec.version,
+        "plan": loaded["plan"].get("bucket_rows", {}),
+        "slots": slots,
+    }
 
     def beat() -> None:
         while not stop.is_set():
@@ -264,8 +294,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     try:
         worker = app.Worker(
             hostname=f"{worker_id}@headrace",
-            pool_cls="solo",
-            concurrency=1,
+            pool_cls="threads" if slots > 1 else "solo",
+            concurrency=slots,
             # online queues first: the broker is read in this order (tasks.celery_app)
             queues=[topics.queue(b, lane, spec.version) for lane in LANES for b in buckets],
             loglevel=loglevel,

@@ -97,6 +97,33 @@ def test_a_stream_gives_the_text_in_order_once(client: Client) -> None:
     assert len(pieces) > 1  # streamed, not one piece at the end
 
 
+def test_a_short_request_sent_during_a_long_one_is_answered_first(client: Client) -> None:
+    """Continuous batching: the worker holds several batches and their rows share one decode
+    loop, so a short request does not wait for a long one sent before it to finish (batched
+    statically it would: one batch at a time, each to its end)."""
+    short_done_first: list[bool] = []
+
+    async def long_with_a_short_one_sent_meanwhile() -> list[str]:
+        pieces: list[str] = []
+        short = None
+        async for piece in client.stream(PROMPTS[1], max_tokens=256):
+            pieces.append(piece)
+            if short is None:  # the long one is decoding
+                short = client._submit_generation(
+                    PROMPTS[0], None, None, GenerateParams(max_tokens=8)
+                )
+        assert short is not None
+        short_done_first.append(short.future.done())
+        assert short.result(60).result is not None
+        return pieces
+
+    pieces = asyncio.run(long_with_a_short_one_sent_meanwhile())
+    assert len(pieces) > 1
+    long_reply = client.generate(PROMPTS[1], max_tokens=256)
+    assert long_reply.usage.completion_tokens == 256, "the test model must not stop early here"
+    assert short_done_first == [True]
+
+
 def test_sampling_is_seeded_and_stops_where_asked(client: Client) -> None:
     hot = {"max_tokens": 16, "temperature": 1.2, "top_p": 0.9, "seed": 11}
     assert client.generate(PROMPTS[2], **hot).text == client.generate(PROMPTS[2], **hot).text

@@ -10,6 +10,8 @@ text that could still turn out to begin a stop sequence.
 from __future__ import annotations
 
 import inspect
+import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,7 +31,10 @@ from headrace.workers.backends.base import (
     place_on_device,
     warm_each,
 )
+from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
 from headrace.workers.backends.embedding import pick_device
+
+log = logging.getLogger(__name__)
 
 OnDelta = Callable[[int, str], None]  # (row, text)
 
@@ -91,10 +96,21 @@ def sample(logits: torch.Tensor, params: Sampling, generator: torch.Generator | 
 
 
 class GenerationBackend:
+    """``continuous_rows``: decode every caller's rows in one loop that rows join and leave at
+    each step (``continuous.py``), at most this many at once; None: each ``generate`` call
+    decodes its own rows to the end (static batching)."""
+
     task = "generate"
     cancel_check_s = 0.2  # how often a running batch asks which rows were cancelled
 
-    def __init__(self, name: str, model_dir: Path, max_tokens: int, device: str = "auto") -> None:
+    def __init__(
+        self,
+        name: str,
+        model_dir: Path,
+        max_tokens: int,
+        device: str = "auto",
+        continuous_rows: int | None = None,
+    ) -> None:
         from transformers import AutoTokenizer
 
         self.name = name
@@ -108,6 +124,15 @@ class GenerationBackend:
         self._model: Any = None
         self._cache_arg = "past_key_values"
         self._weights_bytes = 0
+        self.continuous_rows = continuous_rows
+        self.decoder: ContinuousDecoder | None = None
+        # fast tokenizers refuse to be used from two threads at once ("Already borrowed")
+        self._tokenizer_lock = threading.Lock()
+
+    @property
+    def continuous(self) -> bool:
+        """Whether several callers' rows share the decode loop (set by ``build``)."""
+        return self.decoder is not None
 
     # --- loading, in three timed stages -------------------------------------------------
     def load_weights(self) -> None:
@@ -124,7 +149,37 @@ class GenerationBackend:
         # ``past_key_values``
         forward = inspect.signature(self._model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
+        if self.continuous_rows is not None:
+            self.decoder = self._continuous_decoder(self.continuous_rows)
         self.timings.build_s = time.perf_counter() - start
+
+    def _continuous_decoder(self, max_rows: int) -> ContinuousDecoder | None:
+        with torch.inference_mode():
+            one = torch.tensor([[self.pad_id]], device=self.device)
+            probe = self._model(input_ids=one, attention_mask=torch.ones_like(one))
+        try:
+            check_layers(probe[self._cache_arg])
+        except Unsupported as exc:
+            log.warning("%s: %s; batches are decoded one at a time", self.name, exc)
+            return None
+        return ContinuousDecoder(
+            self._model,
+            new_row=lambda params, prompt_tokens: _Row(
+                params, prompt_tokens, self._generator(params.seed)
+            ),
+            advance=self._advance,
+            sample=sample,
+            pad_id=self.pad_id,
+            device=self.device,
+            context=self.max_tokens,
+            cache_arg=self._cache_arg,
+            max_rows=max_rows,
+            cancel_check_s=self.cancel_check_s,
+        )
+
+    def close(self) -> None:
+        if self.decoder is not None:
+            self.decoder.close()
 
     def warm_up(self, shapes: Sequence[Shape]) -> None:
         """Each warm-up batch: its rows of prompts at its length, two tokens each; the
@@ -153,7 +208,8 @@ class GenerationBackend:
 
     # --- the batch path -----------------------------------------------------------------
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
-        return encode_prompts(self.tokenizer, self.max_tokens, texts, truncate)
+        with self._tokenizer_lock:
+            return encode_prompts(self.tokenizer, self.max_tokens, texts, truncate)
 
     @torch.inference_mode()
     def generate(
@@ -163,6 +219,8 @@ class GenerationBackend:
         on_delta: OnDelta | None = None,
         cancelled: Callable[[], set[int]] | None = None,
     ) -> list[Generated]:
+        if self.decoder is not None:
+            return self.decoder.generate(items, params, on_delta, cancelled)
         if any(item.too_long or not item.ids for item in items):
             raise ValueError("too_long or empty items cannot be generated from")
         longest = max(len(item.ids) for item in items)
@@ -228,7 +286,8 @@ class GenerationBackend:
             row.finish = "stop"
             return
         row.ids.append(token)
-        row.text = str(self.tokenizer.decode(row.ids, skip_special_tokens=True))
+        with self._tokenizer_lock:
+            row.text = str(self.tokenizer.decode(row.ids, skip_special_tokens=True))
         cuts = [row.text.find(s) for s in row.params.stop if s in row.text]
         if cuts:
             row.text = row.text[: min(cuts)]

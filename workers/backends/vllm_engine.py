@@ -84,6 +84,7 @@ class _Event:
 class VLLMBackend:
     task = "generate"
     cancel_check_s = 0.2
+    continuous = True  # the engine batches every caller's rows together
 
     def __init__(
         self,

@@ -94,6 +94,7 @@ class DispatcherCore:
         self._turn = 0
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
+        self.slots: Mapping[str, int] = {}  # batches a worker holds at once (absent: 1)
         self.versions = Versions()
         self.outgoing = Outgoing(
             config, self.flights, self.versions, self.stats, self.observer, clock, wall_clock
@@ -248,7 +249,7 @@ class DispatcherCore:
         for bucket in buckets:
             for lane in LANES:
                 counted = self.flights.in_flight_count(bucket)
-                idle = counted + self.flights.ready_count(bucket) < len(self.live.get(bucket, ()))
+                idle = counted + self.flights.ready_count(bucket) < self._capacity(bucket)
                 for batch in self.batchers[bucket, lane].flush(idle=idle):
                     self.flights.queue(bucket, batch)
             while (
@@ -270,6 +271,10 @@ class DispatcherCore:
             self.bulk_share.settled(bucket)
             for lane in LANES:
                 self._set_paused(bucket, lane, bool(self.flights.ready_count(bucket, lane)), out)
+
+    def _capacity(self, bucket: int) -> int:
+        """Batches the bucket's live workers take at once."""
+        return sum(self.slots.get(w, 1) for w in self.live.get(bucket, ()))
 
     def _not_sent(self, batch_id: str, out: list[ev.Action]) -> None:
         """The queue refused the batch (Redis away): first in line again once it is back."""
@@ -317,6 +322,7 @@ class DispatcherCore:
         self.recovery.state_ok()
         self.live = {b: frozenset(event.live.get(b, ())) for b in self.config.buckets}
         self.versions.seen_workers(self.live, event.versions)
+        self.slots = event.slots
         for bucket, cap in row_caps(self.live, event.plans).items():
             for lane in LANES:
                 self.batchers[bucket, lane].max_rows = cap

@@ -61,6 +61,8 @@ class WorkersSeen:
     # memory plan (bucket -> the rows a batch of that bucket may hold on it)
     versions: Mapping[str, str] = field(default_factory=dict)
     plans: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    # batches each worker holds at once (continuous batching; absent: 1)
+    slots: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

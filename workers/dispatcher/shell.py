@@ -309,6 +309,7 @@ class Dispatcher:
                 runners,
                 versions={w: str(i["version"]) for w, i in info.items() if "version" in i},
                 plans={w: _rows(i.get("plan")) for w, i in info.items()},
+                slots={w: _slots(i.get("slots")) for w, i in info.items()},
             )
         )
         for seen in self.model_watch.tick():
@@ -389,6 +390,11 @@ class Dispatcher:
         for partition in partitions:
             self._assigned_ms.pop(partition, None)
         self.handle(PartitionsLost(partitions))
+
+
+def _slots(said: object) -> int:
+    """How many batches a worker said it holds at once (anything else: 1)."""
+    return said if isinstance(said, int) and said > 0 else 1
 
 
 def _rows(plan: object) -> dict[int, int]:

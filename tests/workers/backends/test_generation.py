@@ -1,10 +1,12 @@
 """The transformers generation backend on the locally built TEST MODEL (headrace-test-lm:
 random weights, gibberish text). Batched, left-padded decoding must give each row what the
 model gives that prompt alone; seeds make sampling independent of batch-mates; stop
-sequences, max_tokens and the context limit end rows; streamed deltas add up to the text."""
+sequences, max_tokens and the context limit end rows; streamed deltas add up to the text.
+Each holds for static batching and for the continuous decode loop (test_continuous.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +25,24 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> GenerationBackend:
+@pytest.fixture(scope="module", params=["static", "continuous"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GenerationBackend]:
     model_dir = tiny_lm.ensure(tmp_path_factory.mktemp("state"))
-    b = GenerationBackend(tiny_lm.NAME, model_dir, max_tokens=tiny_lm.MAX_POSITIONS, device="cpu")
+    b = GenerationBackend(
+        tiny_lm.NAME,
+        model_dir,
+        max_tokens=tiny_lm.MAX_POSITIONS,
+        device="cpu",
+        continuous_rows=16 if request.param == "continuous" else None,
+    )
     b.load_weights()
     b.build()
+    assert b.continuous == (request.param == "continuous")
     b.warm_up(default_shapes([16, 64], rows=2))
-    return b
+    yield b
+    b.close()
 
 
 def test_batched_greedy_rows_match_the_model_alone(backend: GenerationBackend) -> None:

@@ -1,0 +1,180 @@
+"""The continuous decode loop on the TEST MODEL: rows of several callers share it, joining and
+leaving at every step. Each row gets what static batching gives it; a short request that
+arrives while a long one decodes finishes first; cancel, deltas and failures stay per caller.
+(test_generation.py runs the backend's own tests on both paths.)"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from headrace.models import tiny_lm
+from headrace.schemas.messages import GenerateParams
+from headrace.workers.backends.base import EncodedItem, Generated
+from headrace.workers.backends.continuous import Unsupported, check_layers
+from headrace.workers.backends.generation import GenerationBackend
+
+LONG, SHORT = 256, 16
+
+
+def _backend(model_dir: Any, continuous: bool) -> GenerationBackend:
+    b = GenerationBackend(
+        tiny_lm.NAME,
+        model_dir,
+        max_tokens=tiny_lm.MAX_POSITIONS,
+        device="cpu",
+        continuous_rows=64 if continuous else None,
+    )
+    b.load_weights()
+    b.build()
+    return b
+
+
+@pytest.fixture(scope="module")
+def pair(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[GenerationBackend, GenerationBackend]]:
+    model_dir = tiny_lm.ensure(tmp_path_factory.mktemp("state"))
+    static, continuous = _backend(model_dir, False), _backend(model_dir, True)
+    yield static, continuous
+    continuous.close()
+
+
+def _prompts(backend: GenerationBackend, count: int) -> list[EncodedItem]:
+    texts = [" the water runs" * (1 + i % 7) + f" to mill {i}" for i in range(count)]
+    return backend.encode(texts, [False] * count)
+
+
+def _params(count: int) -> list[GenerateParams]:
+    return [
+        GenerateParams(
+            max_tokens=LONG if i % 10 == 0 else SHORT,
+            temperature=0.0 if i % 3 else 0.9,
+            seed=i,
+        )
+        for i in range(count)
+    ]
+
+
+def test_rows_from_many_callers_get_what_static_batching_gives_them(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    static, continuous = pair
+    items, params = _prompts(static, 30), _params(30)
+    alone = [static.generate([i], [p])[0] for i, p in zip(items, params, strict=True)]
+    got: dict[int, list[Generated]] = {}
+    steps_before = continuous.decoder.steps if continuous.decoder else 0
+
+    def call(k: int) -> None:  # six callers of five rows each, arriving while others decode
+        got[k] = continuous.generate(items[k * 5 : k * 5 + 5], params[k * 5 : k * 5 + 5])
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    together = [g for k in range(6) for g in got[k]]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    assert [g.finish_reason for g in together] == [g.finish_reason for g in alone]
+    assert continuous.decoder is not None
+    assert continuous.decoder.most_rows > 5  # rows of several callers decoded in one step
+    # one loop for all: far fewer steps than the rows' tokens one caller at a time
+    assert continuous.decoder.steps - steps_before < sum(g.completion_tokens for g in alone) / 2
+
+
+def test_a_short_request_arriving_during_a_long_one_finishes_first(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    _, continuous = pair
+    decoder = continuous.decoder
+    assert decoder is not None
+    [long_item, short_item] = _prompts(continuous, 2)
+    started = decoder.steps
+    finished_at: dict[str, int] = {}
+    out: dict[str, Generated] = {}
+
+    def run(name: str, item: EncodedItem, max_tokens: int) -> None:
+        [out[name]] = continuous.generate([item], [GenerateParams(max_tokens=max_tokens)])
+        finished_at[name] = decoder.steps
+
+    long = threading.Thread(target=run, args=("long", long_item, LONG))
+    long.start()
+    while decoder.steps < started + 5:  # the long row is decoding
+        assert long.is_alive()
+    run("short", short_item, SHORT)
+    long.join(120)
+    assert out["long"].completion_tokens == LONG, "the test model must not stop early here"
+    assert out["short"].completion_tokens == SHORT
+    assert finished_at["short"] < finished_at["long"]
+    assert finished_at["short"] - started <= 5 + SHORT + 5  # it joined at once
+
+
+def test_cancel_and_deltas_stay_with_their_caller(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    _, continuous = pair
+    items = _prompts(continuous, 4)
+    asked = [GenerateParams(max_tokens=LONG)] * 4
+    deltas: dict[int, list[str]] = {i: [] for i in range(4)}
+
+    def cancelled() -> set[int]:
+        return {1} if deltas[1] else set()  # row 1 is cancelled once it is under way
+
+    decoder = continuous.decoder
+    assert decoder is not None
+    decoder.cancel_check_s = 0.005
+    try:
+        outs = continuous.generate(
+            items, asked, on_delta=lambda row, text: deltas[row].append(text), cancelled=cancelled
+        )
+    finally:
+        decoder.cancel_check_s = continuous.cancel_check_s
+    assert outs[1].finish_reason == "abort" and outs[1].completion_tokens < LONG
+    assert [o.finish_reason for i, o in enumerate(outs) if i != 1] == ["length"] * 3
+    assert all("".join(deltas[i]) == outs[i].text for i in range(4))
+
+
+class _Failing:
+    """The model, failing any forward pass whose input holds ``bad`` (once armed)."""
+
+    def __init__(self, model: Any, bad: int) -> None:
+        self.model, self.bad, self.armed = model, bad, True
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if self.armed and bool((kwargs["input_ids"] == self.bad).any()):
+            raise RuntimeError("injected model failure")
+        return self.model(**kwargs)
+
+
+def test_a_failed_step_fails_the_callers_in_it_and_the_loop_goes_on(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    _, continuous = pair
+    decoder = continuous.decoder
+    assert decoder is not None
+    items = _prompts(continuous, 3)
+    bad = items[2].ids[-1]
+    failing = _Failing(decoder.model, bad)
+    decoder.model = failing
+    try:
+        with pytest.raises(RuntimeError, match="injected"):
+            continuous.generate(items[2:], [GenerateParams(max_tokens=SHORT)])
+        failing.armed = False
+        [ok] = continuous.generate(items[:1], [GenerateParams(max_tokens=SHORT)])
+        assert ok.completion_tokens == SHORT
+    finally:
+        decoder.model = failing.model
+
+
+def test_caches_that_cannot_be_cut_by_row_are_refused() -> None:
+    sliding = SimpleNamespace(layers=[type("DynamicSlidingWindowLayer", (), {})()])
+    with pytest.raises(Unsupported, match="DynamicSlidingWindowLayer"):
+        check_layers(sliding)
+    with pytest.raises(Unsupported):
+        check_layers(SimpleNamespace())
+    plain = SimpleNamespace(layers=[type("DynamicLayer", (), {})()])
+    check_layers(plain)

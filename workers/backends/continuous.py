@@ -1,0 +1,342 @@
+"""Continuous batching for a transformers causal LM: one decode loop per worker process, which
+rows join and leave at every step (iteration-level scheduling, as in Orca and vLLM).
+
+The worker's batch threads hand their rows in (``generate``) and wait for their own; the
+loop, on its own thread, repeats:
+
+1. **join**: rows waiting (up to ``max_rows`` decoding at once) are run through the model
+   together (the prefill) and their key/value cache joins the running one, both left-padded
+   to a common length;
+2. **step**: one token for every running row, each at its own position;
+3. **leave**: finished rows are dropped from the cache, and the leading columns no row uses
+   any more are cut off.
+
+A row keeps every property of a statically batched one (``generation.py``): its own sampling
+parameters and seeded generator, stop sequences, deltas that never hold the start of a stop
+sequence, cancellation (rows end with ``abort``). Its tokens do not depend on who it ran
+with, up to floating point (padding changes the shapes the kernels see). Deltas and the
+cancellation check happen on the caller's thread, so the loop does no IO.
+
+The cache is transformers' ``DynamicCache``, whose layers each hold ``[rows, heads, length,
+dim]`` keys and values; a model whose cache has layers of another kind (sliding windows,
+state-space layers) is refused (``Unsupported``) and served one batch at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from headrace.workers.backends.base import EncodedItem, Generated, Sampling
+
+log = logging.getLogger(__name__)
+
+OnDelta = Callable[[int, str], None]  # (row, text)
+
+
+class Unsupported(RuntimeError):
+    """The model's KV cache cannot be joined and cut row by row."""
+
+
+@dataclass(eq=False)
+class _Job:
+    """One caller's rows: what it asked, and the channel its deltas and its end go back on."""
+
+    prompts: list[list[int]]
+    rows: list[Any]  # generation._Row, one per prompt
+    events: queue.SimpleQueue[tuple[int, str] | None] = field(default_factory=queue.SimpleQueue)
+    cancelled: frozenset[int] = frozenset()  # set by the caller's thread, read by the loop
+    left: int = 0  # rows not finished
+    error: BaseException | None = None
+
+    def finished(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.events.put(None)
+
+
+@dataclass(eq=False)
+class _Live:
+    """A row in the running batch: the token it feeds next, at which position."""
+
+    job: _Job
+    index: int
+    position: int
+    token: int = 0
+
+    @property
+    def row(self) -> Any:
+        return self.job.rows[self.index]
+
+
+class ContinuousDecoder:
+    """``model``: a causal LM in eval mode; ``advance(row, token)`` appends a sampled token
+    to a row and decides whether it finished (``GenerationBackend._advance``);
+    ``new_row(params, prompt_tokens)`` makes a row's state; ``sample(logits, params,
+    generator)`` picks a token."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        new_row: Callable[[Sampling, int], Any],
+        advance: Callable[[Any, int], None],
+        sample: Callable[[torch.Tensor, Sampling, Any], int],
+        pad_id: int,
+        device: torch.device,
+        context: int,
+        cache_arg: str,
+        max_rows: int = 64,
+        cancel_check_s: float = 0.2,
+    ) -> None:
+        self.model = model
+        self._new_row = new_row
+        self._advance = advance
+        self._sample = sample
+        self.pad_id = pad_id
+        self.device = device
+        self.context = context
+        self.cache_arg = cache_arg
+        self.max_rows = max_rows
+        self.cancel_check_s = cancel_check_s
+        self._waiting: deque[tuple[_Job, int]] = deque()
+        self._live: list[_Live] = []
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None
+        self._wake = threading.Condition()
+        self._closed = False
+        self.steps = 0  # decode steps run (for tests and metrics)
+        self.most_rows = 0  # the most rows ever decoded in one step
+        self._thread = threading.Thread(target=self._loop, name="decode", daemon=True)
+        self._thread.start()
+
+    # --- the callers' side --------------------------------------------------------------------
+    def generate(
+        self,
+        items: Sequence[EncodedItem],
+        params: Sequence[Sampling],
+        on_delta: OnDelta | None = None,
+        cancelled: Callable[[], set[int]] | None = None,
+    ) -> list[Generated]:
+        """Decode ``items`` with whatever else runs; return when all of them finished. Deltas
+        and cancellation checks run on this thread."""
+        if any(item.too_long or not item.ids for item in items):
+            raise ValueError("too_long or empty items cannot be generated from")
+        if not items:
+            return []
+        job = _Job(
+            prompts=[list(item.ids) for item in items],
+            rows=[self._new_row(p, len(item.ids)) for item, p in zip(items, params, strict=True)],
+            left=len(items),
+        )
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("the decoder is closed")
+            self._waiting.extend((job, i) for i in range(len(items)))
+            self._wake.notify()
+        checked = time.monotonic()
+        while True:
+            wait = None if cancelled is None else self.cancel_check_s
+            event: tuple[int, str] | bool | None
+            try:
+                event = job.events.get(timeout=wait)
+            except queue.Empty:
+                event = False  # time to ask which rows were cancelled
+            if cancelled is not None and time.monotonic() - checked >= self.cancel_check_s:
+                checked = time.monotonic()
+                job.cancelled = frozenset(cancelled())
+            if event is None:
+                break
+            if isinstance(event, tuple) and on_delta is not None:
+                on_delta(*event)
+        if job.error is not None:
+            raise job.error
+        return [Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens) for r in job.rows]
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(5)
+
+    # --- the loop -----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._waiting and not self._live and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    self._fail_all(RuntimeError("the decoder closed"))
+                    return
+                room = self.max_rows - len(self._live)
+                joining = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            try:
+                with torch.inference_mode():
+                    if joining:
+                        self._join(joining)
+                    if self._live:
+                        self._step()
+            except Exception as exc:  # every row running shared the failed forward pass
+                log.warning("decode step failed for %d rows: %r", len(self._live), exc)
+                jobs = {live.job for live in self._live} | {job for job, _ in joining}
+                self._fail(jobs, exc)
+
+    def _join(self, joining: list[tuple[_Job, int]]) -> None:
+        """Prefill the joining rows together, take each one's first token, and add the
+        unfinished ones to the running batch."""
+        prompts = [job.prompts[i] for job, i in joining]
+        longest = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), longest), dtype=torch.long)
+        for k, prompt in enumerate(prompts):
+            ids[k, longest - len(prompt) :] = torch.tensor(prompt)
+            mask[k, longest - len(prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache = out[self.cache_arg]
+        check_layers(cache)
+        logits = out.logits[:, -1, :]
+        new = [_Live(job, i, position=len(job.prompts[i])) for job, i in joining]
+        for k, live in enumerate(new):
+            self._take(live, logits[k])
+        keep = [k for k, live in enumerate(new) if live.row.finish is None]
+        if not keep:
+            return
+        if len(keep) < len(new):
+            cache, mask = _select(cache, mask, keep)
+            new = [new[k] for k in keep]
+        if not self._live:
+            self._cache, self._mask, self._live = cache, mask, new
+            return
+        assert self._mask is not None
+        width = max(self._mask.shape[1], mask.shape[1])
+        for running, joined in zip(self._cache.layers, cache.layers, strict=True):
+            running.keys = torch.cat(
+                [_pad_left(running.keys, width), _pad_left(joined.keys, width)]
+            )
+            running.values = torch.cat(
+                [_pad_left(running.values, width), _pad_left(joined.values, width)]
+            )
+        self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
+        self._live += new
+
+    def _step(self) -> None:
+        """Cancelled rows leave; one token for every other row; finished rows leave."""
+        for live in self._live:
+            if live.row.finish is None and live.index in live.job.cancelled:
+                live.row.finish = "abort"
+                self._emit(live)
+                live.job.finished()
+        self._leave()
+        if not self._live:
+            return
+        assert self._mask is not None
+        ids = torch.tensor([[live.token] for live in self._live], device=self.device)
+        positions = torch.tensor([[live.position] for live in self._live], device=self.device)
+        mask = torch.cat([self._mask, torch.ones_like(ids)], dim=1)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self.cache_arg: self._cache},
+        )
+        self._cache, self._mask = out[self.cache_arg], mask
+        self.steps += 1
+        self.most_rows = max(self.most_rows, len(self._live))
+        logits = out.logits[:, -1, :]
+        for k, live in enumerate(self._live):
+            live.position += 1
+            self._take(live, logits[k])
+        self._leave()
+
+    def _take(self, live: _Live, logits: torch.Tensor) -> None:
+        """Sample the row's next token; it finishes on a stop, at max_tokens, or where the
+        context ends (``length``)."""
+        row = live.row
+        self._advance(row, self._sample(logits, row.params, row.generator))
+        if row.finish is None and row.prompt_tokens + len(row.ids) >= self.context:
+            row.finish = "length"
+        live.token = row.ids[-1] if row.ids else self.pad_id
+        self._emit(live)
+        if row.finish is not None:
+            live.job.finished()
+
+    def _emit(self, live: _Live) -> None:
+        delta = live.row.pending_delta()
+        if delta:
+            live.job.events.put((live.index, delta))
+
+    def _leave(self) -> None:
+        keep = [k for k, live in enumerate(self._live) if live.row.finish is None]
+        if len(keep) == len(self._live):
+            return
+        if not keep:
+            self._live, self._cache, self._mask = [], None, None
+            return
+        assert self._mask is not None
+        self._cache, self._mask = _select(self._cache, self._mask, keep)
+        used = self._mask.sum(dim=0).nonzero()
+        first = int(used[0]) if len(used) else 0
+        if first:  # columns every remaining row has as padding
+            self._mask = self._mask[:, first:]
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[:, :, first:, :]
+                layer.values = layer.values[:, :, first:, :]
+        self._live = [self._live[k] for k in keep]
+
+    # --- failures -----------------------------------------------------------------------------
+    def _fail(self, jobs: set[_Job], exc: BaseException) -> None:
+        """Every job with a row in the failed pass fails (its caller raises ``exc``, and
+        bisects its batch as for a static one); the others go on."""
+        with self._wake:
+            self._waiting = deque((job, i) for job, i in self._waiting if job not in jobs)
+        self._live, self._cache, self._mask = [], None, None
+        for job in jobs:
+            job.error = exc
+            job.events.put(None)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        jobs = {live.job for live in self._live} | {job for job, _ in self._waiting}
+        self._waiting.clear()
+        self._live, self._cache, self._mask = [], None, None
+        for job in jobs:
+            job.error = exc
+            job.events.put(None)
+
+
+def check_layers(cache: Any) -> None:
+    """Raise ``Unsupported`` unless every layer of ``cache`` is a plain ``DynamicLayer``."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+        kinds = sorted({type(layer).__name__ for layer in layers or []})
+        raise Unsupported(f"continuous batching needs DynamicLayer caches, not {kinds}")
+
+
+def _select(cache: Any, mask: torch.Tensor, rows: list[int]) -> tuple[Any, torch.Tensor]:
+    index = torch.tensor(rows, device=mask.device)
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
+    return cache, mask.index_select(0, index)
+
+
+def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
+    """``t`` with zeros added before its sequence dimension (the last of a mask, the third of
+    keys and values) up to ``width``."""
+    dim = 1 if t.dim() == 2 else 2
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
