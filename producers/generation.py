@@ -76,6 +76,21 @@ class GenerationMixin:
         )
         return _generation(submission.result(wait_s))
 
+    def submit_generation(
+        self: _Client,
+        prompt: str,
+        *,
+        model: str | None = None,
+        request_id: str | None = None,
+        session_id: str | None = None,
+        **params: Any,
+    ) -> Submission:
+        """Send a generate request without waiting: ``.result(timeout_s)`` is its Reply
+        (``.future`` a concurrent Future of it). Options as ``generate``."""
+        return self._submit_generation(
+            prompt, model, request_id, GenerateParams(**params), session_id
+        )
+
     async def stream(self: _Client, prompt: str, **options: Any) -> AsyncIterator[str]:
         """``async for text in client.stream(prompt, max_tokens=...)``: the generated text
         in order, each piece once, as the worker decodes it (options as ``stream_events``).

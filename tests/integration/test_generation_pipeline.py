@@ -109,9 +109,7 @@ def test_a_short_request_sent_during_a_long_one_is_answered_first(client: Client
         async for piece in client.stream(PROMPTS[1], max_tokens=256):
             pieces.append(piece)
             if short is None:  # the long one is decoding
-                short = client._submit_generation(
-                    PROMPTS[0], None, None, GenerateParams(max_tokens=8)
-                )
+                short = client.submit_generation(PROMPTS[0], max_tokens=8)
         assert short is not None
         short_done_first.append(short.future.done())
         assert short.result(60).result is not None

@@ -6,7 +6,8 @@ loop, on its own thread, repeats:
 
 1. **join**: rows waiting (up to ``max_rows`` decoding at once) are run through the model
    together (the prefill) and their key/value cache joins the running one, both left-padded
-   to a common length;
+   to a common length; every ``join_every`` steps, or at once when nothing runs or they
+   would grow the running batch by a quarter (a prefill is a forward pass of its own);
 2. **step**: one token for every running row, each at its own position;
 3. **leave**: finished rows are dropped from the cache, and the leading columns no row uses
    any more are cut off.
@@ -94,8 +95,9 @@ class ContinuousDecoder:
         device: torch.device,
         context: int,
         cache_arg: str,
-        max_rows: int = 64,
+        max_rows: int = 256,
         cancel_check_s: float = 0.2,
+        join_every: int = 4,
     ) -> None:
         self.model = model
         self._new_row = new_row
@@ -113,6 +115,8 @@ class ContinuousDecoder:
         self._mask: torch.Tensor | None = None
         self._wake = threading.Condition()
         self._closed = False
+        self.join_every = join_every
+        self._joined_at = 0  # the step rows last joined at
         self.steps = 0  # decode steps run (for tests and metrics)
         self.most_rows = 0  # the most rows ever decoded in one step
         self._thread = threading.Thread(target=self._loop, name="decode", daemon=True)
@@ -176,8 +180,7 @@ class ContinuousDecoder:
                 if self._closed:
                     self._fail_all(RuntimeError("the decoder closed"))
                     return
-                room = self.max_rows - len(self._live)
-                joining = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+                joining = self._joining()
             try:
                 with torch.inference_mode():
                     if joining:
@@ -188,6 +191,19 @@ class ContinuousDecoder:
                 log.warning("decode step failed for %d rows: %r", len(self._live), exc)
                 jobs = {live.job for live in self._live} | {job for job, _ in joining}
                 self._fail(jobs, exc)
+
+    def _joining(self) -> list[tuple[_Job, int]]:
+        """The rows to prefill now. A prefill is a forward pass of its own, so rows join a
+        running batch every ``join_every`` steps, or at once when they would make it grow by
+        a quarter or it is empty."""
+        room = self.max_rows - len(self._live)
+        if not self._waiting or room <= 0:
+            return []
+        due = self.steps - self._joined_at >= self.join_every
+        if not (due or not self._live or len(self._waiting) * 4 >= len(self._live)):
+            return []
+        self._joined_at = self.steps
+        return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
 
     def _join(self, joining: list[tuple[_Job, int]]) -> None:
         """Prefill the joining rows together, take each one's first token, and add the
@@ -204,10 +220,8 @@ class ContinuousDecoder:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache = out[self.cache_arg]
         check_layers(cache)
-        logits = out.logits[:, -1, :]
         new = [_Live(job, i, position=len(job.prompts[i])) for job, i in joining]
-        for k, live in enumerate(new):
-            self._take(live, logits[k])
+        self._take_all(new, out.logits[:, -1, :])
         keep = [k for k, live in enumerate(new) if live.row.finish is None]
         if not keep:
             return
@@ -253,17 +267,27 @@ class ContinuousDecoder:
         self._cache, self._mask = out[self.cache_arg], mask
         self.steps += 1
         self.most_rows = max(self.most_rows, len(self._live))
-        logits = out.logits[:, -1, :]
-        for k, live in enumerate(self._live):
+        for live in self._live:
             live.position += 1
-            self._take(live, logits[k])
+        self._take_all(self._live, out.logits[:, -1, :])
         self._leave()
 
-    def _take(self, live: _Live, logits: torch.Tensor) -> None:
-        """Sample the row's next token; it finishes on a stop, at max_tokens, or where the
+    def _take_all(self, lives: list[_Live], logits: torch.Tensor) -> None:
+        """Each row's next token: the batch's argmax for greedy rows (one call for all),
+        its own sampling for the others."""
+        greedy = logits.argmax(dim=-1).tolist()
+        for k, live in enumerate(lives):
+            row = live.row
+            if row.params.temperature == 0.0:
+                self._take(live, greedy[k])
+            else:
+                self._take(live, self._sample(logits[k], row.params, row.generator))
+
+    def _take(self, live: _Live, token: int) -> None:
+        """Give the row its next token; it finishes on a stop, at max_tokens, or where the
         context ends (``length``)."""
         row = live.row
-        self._advance(row, self._sample(logits, row.params, row.generator))
+        self._advance(row, token)
         if row.finish is None and row.prompt_tokens + len(row.ids) >= self.context:
             row.finish = "length"
         live.token = row.ids[-1] if row.ids else self.pad_id

@@ -95,6 +95,16 @@ def sample(logits: torch.Tensor, params: Sampling, generator: torch.Generator | 
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 
+def _detokenizer(tokenizer: Any) -> Callable[[list[int]], str]:
+    """The tokenizer's ``decode(ids, skip_special_tokens=True)``, straight from its Rust
+    backend where it has one and no clean-up of spaces applies (a row is decoded again at
+    every token: transformers' Python wrapper costs more than the decoding)."""
+    fast = getattr(tokenizer, "backend_tokenizer", None)
+    if fast is not None and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False:
+        return lambda ids: str(fast.decode(ids, skip_special_tokens=True))
+    return lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True))
+
+
 class GenerationBackend:
     """``continuous_rows``: decode every caller's rows in one loop that rows join and leave at
     each step (``continuous.py``), at most this many at once; None: each ``generate`` call
@@ -119,6 +129,7 @@ class GenerationBackend:
         self.device = pick_device(device)
         self.timings = LoadTimings()
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self._detokenize = _detokenizer(self.tokenizer)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.eos_id = int(self.tokenizer.eos_token_id)
         self._model: Any = None
@@ -287,7 +298,7 @@ class GenerationBackend:
             return
         row.ids.append(token)
         with self._tokenizer_lock:
-            row.text = str(self.tokenizer.decode(row.ids, skip_special_tokens=True))
+            row.text = self._detokenize(row.ids)
         cuts = [row.text.find(s) for s in row.params.stop if s in row.text]
         if cuts:
             row.text = row.text[: min(cuts)]

@@ -5,7 +5,7 @@ shell around it."""
 from __future__ import annotations
 
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Completion
+from headrace.schemas.messages import Completion, GenerateParams
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.health import HealthPolicy
 from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of, ref
@@ -214,6 +214,17 @@ def test_a_batch_no_worker_started_within_its_lease_is_sent_again_whole() -> Non
     assert not of(ev.SendBatch, rig.tick(9.9))
     [again] = of(ev.SendBatch, rig.tick(0.2))
     assert ids(again) == ids(first) and again.batch.attempt == 1  # not the requests' fault
+
+
+def test_a_generation_batch_s_lease_counts_the_tokens_it_may_generate() -> None:
+    """Routing counts a generate request as its prompt plus max_tokens (its KV cache)."""
+    rig = Rig(lease_base_s=10, lease_s_per_1k_tokens=10)
+    rig.workers()
+    rig.read(rig.request("r1", task="generate", params=GenerateParams(max_tokens=992)))  # 8+992
+    [first] = of(ev.SendBatch, rig.tick())
+    assert not of(ev.SendBatch, rig.tick(19.9))  # 10 s + 10 s per 1k tokens
+    [again] = of(ev.SendBatch, rig.tick(0.2))
+    assert ids(again) == ids(first)
 
 
 def test_with_no_live_worker_for_its_bucket_a_lease_waits() -> None:
