@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 REJOIN_AFTER_S = 20.0
 CHECK_INTERVAL_S = 1.0
 DEFAULT_STALL_S = 5.0  # records past the position, none returned: seek, then renew
+# The stall check asks the broker for log ends once a second on the owner's thread; with the
+# broker unwell (its store away) an unbounded ask blocked the dispatcher's loop for ~27 s.
+END_OFFSETS_TIMEOUT_MS = 300
+ENDS_BACKOFF_S = 10.0  # after an ask that failed, judge by the fetches' high watermarks
 
 
 class KafkaReader:
@@ -75,6 +79,7 @@ class KafkaReader:
         self._rebalancing = False  # revoked, the new assignment not come yet
         self._paused: set[Partition] = set()  # by the owner: not meant to be read now
         self._read_records = False
+        self._ends_again_at = 0.0  # when the stall check may ask the broker for log ends
         self._checked = clock()
         self._unassigned_since: float | None = None
         self._consumer = self._new_consumer()
@@ -243,11 +248,13 @@ class KafkaReader:
         now (a stalled fetch does not update the first; tansu answers the second short of
         the end when the last batch holds several records)."""
         tps = [TopicPartition(*p) for p in partitions]
-        try:
-            asked = self._consumer.end_offsets(tps)
-        except Exception:  # broker away: judge by what the fetches said
-            log.debug("end offsets unavailable", exc_info=True)
-            asked = {}
+        asked = {}
+        if self.clock() >= self._ends_again_at:
+            try:
+                asked = self._consumer.end_offsets(tps, timeout_ms=END_OFFSETS_TIMEOUT_MS)
+            except Exception:  # broker away: judge by what the fetches said for a while
+                log.debug("end offsets unavailable", exc_info=True)
+                self._ends_again_at = self.clock() + ENDS_BACKOFF_S
         ends: dict[Partition, int] = {}
         for tp in tps:
             known = [v for v in (self._consumer.highwater(tp), asked.get(tp)) if v is not None]
