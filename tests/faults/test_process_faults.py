@@ -82,13 +82,14 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
 
 PARTITIONS = 4
 ASSIGNED = re.compile(r"^(\S+ \S+) INFO \S+: assigned (\d+) partitions")
+REVOKED = re.compile(r"^(\S+ \S+) INFO \S+: revoked (\d+) partitions")
 
 
-def assignments(log: Path) -> list[tuple[float, int]]:
-    """(unix time, partitions) of each assignment a dispatcher's log records."""
+def assignments(log: Path, pattern: re.Pattern[str] = ASSIGNED) -> list[tuple[float, int]]:
+    """(unix time, partitions) of each assignment (or revocation) a dispatcher's log records."""
     out = []
     for line in log.read_text(errors="replace").splitlines():
-        if match := ASSIGNED.match(line):
+        if match := pattern.match(line):
             stamp = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
             out.append((stamp, int(match[2])))
     return out

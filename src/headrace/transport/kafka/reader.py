@@ -301,6 +301,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self.reader = reader
 
     def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        log.info("revoked %d partitions", len(revoked))
         assert self.reader._listener is not None
         self.reader._listener.revoked([(tp.topic, tp.partition) for tp in revoked])
         self.reader._rebalancing = True
