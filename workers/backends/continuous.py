@@ -131,9 +131,8 @@ class ContinuousDecoder:
         cancelled: Callable[[], set[int]] | None = None,
     ) -> list[Generated]:
         """Decode ``items`` with whatever else runs; return when all of them finished. Deltas
-        and cancellation checks run on this thread."""
-        if any(item.too_long or not item.ids for item in items):
-            raise ValueError("too_long or empty items cannot be generated from")
+        and cancellation checks run on this thread (the backend has refused too_long and
+        empty items)."""
         if not items:
             return []
         job = _Job(
@@ -330,12 +329,7 @@ class ContinuousDecoder:
             job.events.put(None)
 
     def _fail_all(self, exc: BaseException) -> None:
-        jobs = {live.job for live in self._live} | {job for job, _ in self._waiting}
-        self._waiting.clear()
-        self._live, self._cache, self._mask = [], None, None
-        for job in jobs:
-            job.error = exc
-            job.events.put(None)
+        self._fail({live.job for live in self._live} | {job for job, _ in self._waiting}, exc)
 
 
 def check_layers(cache: Any) -> None:

@@ -230,10 +230,10 @@ class GenerationBackend:
         on_delta: OnDelta | None = None,
         cancelled: Callable[[], set[int]] | None = None,
     ) -> list[Generated]:
-        if self.decoder is not None:
-            return self.decoder.generate(items, params, on_delta, cancelled)
         if any(item.too_long or not item.ids for item in items):
             raise ValueError("too_long or empty items cannot be generated from")
+        if self.decoder is not None:
+            return self.decoder.generate(items, params, on_delta, cancelled)
         longest = max(len(item.ids) for item in items)
         ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(items), longest), dtype=torch.long)

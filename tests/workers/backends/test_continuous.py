@@ -15,7 +15,7 @@ import pytest
 from headrace.models import tiny_lm
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
-from headrace.workers.backends.continuous import Unsupported, check_layers
+from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
 from headrace.workers.backends.generation import GenerationBackend
 
 LONG, SHORT = 256, 16
@@ -44,6 +44,11 @@ def pair(
     continuous.close()
 
 
+def _decoder(backend: GenerationBackend) -> ContinuousDecoder:
+    assert backend.decoder is not None
+    return backend.decoder
+
+
 def _prompts(backend: GenerationBackend, count: int) -> list[EncodedItem]:
     texts = [" the water runs" * (1 + i % 7) + f" to mill {i}" for i in range(count)]
     return backend.encode(texts, [False] * count)
@@ -67,7 +72,8 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     items, params = _prompts(static, 30), _params(30)
     alone = [static.generate([i], [p])[0] for i, p in zip(items, params, strict=True)]
     got: dict[int, list[Generated]] = {}
-    steps_before = continuous.decoder.steps if continuous.decoder else 0
+    decoder = _decoder(continuous)
+    steps_before = decoder.steps
 
     def call(k: int) -> None:  # six callers of five rows each, arriving while others decode
         got[k] = continuous.generate(items[k * 5 : k * 5 + 5], params[k * 5 : k * 5 + 5])
@@ -80,18 +86,16 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     together = [g for k in range(6) for g in got[k]]
     assert [g.token_ids for g in together] == [g.token_ids for g in alone]
     assert [g.finish_reason for g in together] == [g.finish_reason for g in alone]
-    assert continuous.decoder is not None
-    assert continuous.decoder.most_rows > 5  # rows of several callers decoded in one step
+    assert decoder.most_rows > 5  # rows of several callers decoded in one step
     # one loop for all: far fewer steps than the rows' tokens one caller at a time
-    assert continuous.decoder.steps - steps_before < sum(g.completion_tokens for g in alone) / 2
+    assert decoder.steps - steps_before < sum(g.completion_tokens for g in alone) / 2
 
 
 def test_a_short_request_arriving_during_a_long_one_finishes_first(
     pair: tuple[GenerationBackend, GenerationBackend],
 ) -> None:
     _, continuous = pair
-    decoder = continuous.decoder
-    assert decoder is not None
+    decoder = _decoder(continuous)
     [long_item, short_item] = _prompts(continuous, 2)
     started = decoder.steps
     finished_at: dict[str, int] = {}
@@ -124,8 +128,7 @@ def test_cancel_and_deltas_stay_with_their_caller(
     def cancelled() -> set[int]:
         return {1} if deltas[1] else set()  # row 1 is cancelled once it is under way
 
-    decoder = continuous.decoder
-    assert decoder is not None
+    decoder = _decoder(continuous)
     decoder.cancel_check_s = 0.005
     try:
         outs = continuous.generate(
@@ -154,8 +157,7 @@ def test_a_failed_step_fails_the_callers_in_it_and_the_loop_goes_on(
     pair: tuple[GenerationBackend, GenerationBackend],
 ) -> None:
     _, continuous = pair
-    decoder = continuous.decoder
-    assert decoder is not None
+    decoder = _decoder(continuous)
     items = _prompts(continuous, 3)
     bad = items[2].ids[-1]
     failing = _Failing(decoder.model, bad)
