@@ -14,7 +14,7 @@ import pytest
 
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
-from headrace.ops.processes import Pipeline
+from headrace.ops.processes import Pipeline, Proc
 from headrace.schemas.topics import LANES
 from tests.conftest import unique_prefix
 from tests.faults.harness import run_with_fault
@@ -130,3 +130,55 @@ def test_one_of_two_dispatchers_killed_the_other_takes_its_partitions(stack: Loc
     takeover_s = took_all[0] - seen["killed_at"]
     print(f"takeover: {seen['before']} -> {every} partitions {takeover_s:.1f} s after the kill")
     assert outcome.all_answered_s > takeover_s, "the survivor served none of the victim's share"
+
+
+def test_a_dispatcher_killed_during_a_rebalance(stack: LocalStack) -> None:
+    """Two dispatchers share the bucket topics; a third joins the group mid-run, and the
+    moment one of the first two has given its partitions up for the rebalance it is killed
+    with kill -9. The two left finish the rebalance without it and answer everything, once,
+    without the client's resend. Before the fix (kafka-python keeps the position and pause
+    of a partition assigned again, ``fixes.start_afresh``) 183-218 of 2,000 were never
+    answered: the survivor held partitions paused forever."""
+    seen: dict[str, Any] = {}
+
+    def join_then_kill(pipeline: Pipeline) -> None:
+        survivor, victim = pipeline.dispatchers
+        newcomer = Proc("dispatcher-new", ["dispatcher"], pipeline.env, pipeline.log_dir)
+        joined_at = time.time()
+        newcomer.launch()
+        pipeline.dispatchers.append(newcomer)  # stopped with the pipeline
+        deadline = time.monotonic() + 60
+        while not [t for t, _ in assignments(victim.log_path, REVOKED) if t >= joined_at]:
+            assert time.monotonic() < deadline, "the newcomer's join never started a rebalance"
+            time.sleep(0.02)
+        seen["assigned_before"] = [
+            (t, n)
+            for proc in (survivor, victim, newcomer)
+            for t, n in assignments(proc.log_path)
+            if t >= joined_at
+        ]
+        victim.kill()
+        seen.update(killed_at=time.time(), survivor=survivor.log_path, newcomer=newcomer.log_path)
+        pipeline.dispatchers.remove(victim)
+
+    outcome = run_with_fault(
+        "kill -9 a dispatcher during a rebalance",
+        unique_prefix("kill-in-rebalance"),
+        join_then_kill,
+        seed=6,
+        worker_buckets=["all", "all"],
+        dispatchers=2,
+        HEADRACE_TORCH_THREADS="1",
+        HEADRACE_REQUEST_PARTITIONS=str(PARTITIONS),
+        HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",  # batches wait: buckets get paused
+    )
+    assert seen["assigned_before"] == [], "the rebalance ended before the kill"
+    after = [
+        t
+        for log in (seen["survivor"], seen["newcomer"])
+        for t, n in assignments(log)
+        if t >= seen["killed_at"] and n > 0
+    ]
+    assert after, "no dispatcher was given partitions after the kill"
+    assert outcome.resent == 0, outcome
+    print(f"partitions held again {min(after) - seen['killed_at']:.1f} s after the kill")

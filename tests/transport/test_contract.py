@@ -144,6 +144,47 @@ def test_a_group_member_is_assigned_and_a_successor_starts_at_the_commit(
         second.close()
 
 
+def test_a_partition_assigned_again_starts_afresh_at_the_commit(transport: Transport) -> None:
+    """A member that held both partitions, read them and paused them, then gave them up to a
+    rebalance and was given one back: that one is not paused and is read again from the
+    commit (its owner dropped what it held past the commit when it was revoked)."""
+    topic = f"t-contract-{uuid.uuid4().hex[:8]}"
+    transport.ensure_topics([topic], partitions=2)
+    group = f"{topic}.group"
+    write(transport, topic, *[f"r{i}".encode() for i in range(8)])
+    first = transport.reader(group)
+    first.subscribe([topic], Listener())
+    second = transport.reader(group)
+    try:
+        read: dict[Partition, list[Record]] = {}
+        deadline = time.monotonic() + 30
+        while sum(map(len, read.values())) < 8 and time.monotonic() < deadline:
+            for partition, records in first.poll(100).items():
+                read.setdefault(partition, []).extend(records)
+        assert sorted(read) == [(topic, 0), (topic, 1)], read
+        first.commit({p: 1 for p in read})  # only each partition's first record is done
+        first.pause(list(read))
+
+        second.subscribe([topic], Listener())
+        again: list[Record] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+            len(first.assignment()) == 1 and second.assignment() and again
+        ):
+            for records in first.poll(100).values():
+                again += records
+            second.poll(100)
+        (kept,) = first.assignment()
+        expected = [r.value for r in read[kept][1:]]
+        while len(again) < len(expected) and time.monotonic() < deadline:
+            for records in first.poll(100).values():
+                again += records
+        assert [r.value for r in again] == expected
+    finally:
+        first.close()
+        second.close()
+
+
 def test_a_group_without_a_commit_starts_where_reset_says(transport: Transport, topic: str) -> None:
     write(transport, topic, b"before")
     reader = transport.reader(f"{topic}.late", reset="end")

@@ -104,6 +104,7 @@ class Dispatcher:
         self._epoch: str | None = None
         self._housekept = -1e9
         self._assigned_ms: dict[Partition, int] = {}  # when this dispatcher got each partition
+        self._paused_topics: set[str] = set()  # what the core paused, for partitions to come
         self._control_read = -1e9
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -254,6 +255,11 @@ class Dispatcher:
         return frozenset(k for k, h in zip(keys, holders, strict=True) if h == ANSWERED)
 
     def _set_paused(self, topic: str, paused: bool) -> None:
+        """Pause or resume ``topic``'s partitions now, and those the group assigns later."""
+        if paused:
+            self._paused_topics.add(topic)
+        else:
+            self._paused_topics.discard(topic)
         partitions = [p for p in self.reader.assignment() if p[0] == topic]
         if paused:
             self.reader.pause(partitions)
@@ -377,6 +383,10 @@ class Dispatcher:
         now_ms = int(time.time() * 1000)
         for partition in partitions:
             self._assigned_ms.setdefault(partition, now_ms)
+        # they come unpaused; the core paused their topics (maybe during the rebalance)
+        held = [p for p in partitions if p[0] in self._paused_topics]
+        if held:
+            self.reader.pause(held)
         if partitions and not self._announced:
             self._announced = True
             announce_ready("dispatcher", self.dispatcher_id)
@@ -389,6 +399,7 @@ class Dispatcher:
     def lost(self, partitions: list[Partition]) -> None:
         for partition in partitions:
             self._assigned_ms.pop(partition, None)
+        self._paused_topics.clear()  # a new consumer; the core forgets its pauses too
         self.handle(PartitionsLost(partitions))
 
 

@@ -70,7 +70,10 @@ class Delivered:
 class Rebalance(Protocol):
     """What a group member's owner hears about its partitions."""
 
-    def assigned(self, partitions: list[Partition]) -> None: ...
+    def assigned(self, partitions: list[Partition]) -> None:
+        """Each starts at the group's committed offset and not paused, also one this member
+        held before the rebalance (what was read of it past the commit is read again)."""
+        ...
 
     def revoked(self, partitions: list[Partition]) -> None:
         """Called before they go: commit what is done now."""

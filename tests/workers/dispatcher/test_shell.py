@@ -223,3 +223,39 @@ def test_each_bucket_exports_its_lag_unread_and_uncommitted(rig: Rig) -> None:
     rig.submit("r3")
     rig.until(lambda: len(rig.queue.sent) >= 2 and lag("uncommitted") == 2)
     assert lag("unread") == 0  # read and batched, not yet answered
+
+
+class _Member:
+    def assigned(self, partitions: list[tuple[str, int]]) -> None:
+        pass
+
+    def revoked(self, partitions: list[tuple[str, int]]) -> None:
+        pass
+
+    def lost(self, partitions: list[tuple[str, int]]) -> None:
+        pass
+
+
+def test_a_paused_bucket_stays_paused_when_the_group_hands_its_partitions_back() -> None:
+    """A partition comes back from a rebalance unpaused; the shell pauses it again while the
+    core holds its bucket back (here: a batch waits behind the one in flight), and resumes
+    it after."""
+    rig = Rig(max_inflight_batches_per_bucket=1)
+    try:
+        first = rig.submit("r1")
+        rig.until(lambda: len(rig.queue.sent) == 1)
+        rig.submit("r2")
+        b16 = (rig.topics.requests(16), 0)
+        rig.until(lambda: b16 in rig.dispatcher.reader.paused())  # r2's batch waits
+        other = rig.transport.reader(f"{rig.settings.topic_prefix}.dispatcher")
+        other.subscribe([b16[0]], _Member())
+        rig.until(lambda: b16 not in rig.dispatcher.reader.assignment())
+        other.close()
+        rig.until(lambda: b16 in rig.dispatcher.reader.assignment())
+        assert b16 in rig.dispatcher.reader.paused()
+        [batch] = rig.queue.sent
+        done = Completion(batch_id=batch.batch_id, done=[batch.items[0].ref])
+        rig.ledger.finish_batch([("acme", first.request_id)], "d1", done)
+        rig.until(lambda: b16 not in rig.dispatcher.reader.paused())
+    finally:
+        rig.dispatcher.close()

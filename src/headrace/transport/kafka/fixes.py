@@ -20,11 +20,23 @@ the first topic's leader is forgotten and its batch waits for a leader that no r
 bring (seen: a dispatcher's dead letter, sent just before an error reply to a reply topic
 created after the dispatcher started, stayed unanswered until the process ended).
 ``track_topic`` makes the producer track a topic before the first record is sent to it.
+
+**A partition assigned again keeps its old position and pause** (kafka-python 3.0.12). Under
+the eager protocol every partition is revoked before a rebalance, and the Java consumer then
+starts each assigned one afresh at the group's committed offset. 3.0.12 keeps the state of a
+partition it is given again: its position (past records its owner dropped when it gave the
+partition up: they were never read again) and its pause flag (set before the rebalance; the
+owner, told that the partition was revoked, never resumed it: seen as a dispatcher holding
+four partitions paused forever after a rebalance, their requests never answered).
+``start_afresh`` gives such partitions fresh state: not paused, at the committed offset.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.consumer.subscription_state import TopicPartitionState
 from kafka.structs import TopicPartition
 
 
@@ -45,3 +57,16 @@ def track_topic(producer: KafkaProducer, topic: str) -> None:
     tracked = getattr(getattr(producer, "_metadata", None), "_topics", None)
     if sender is not None and tracked is not None and topic not in tracked:
         sender.add_topic(topic)
+
+
+def start_afresh(consumer: KafkaConsumer, partitions: Iterable[TopicPartition]) -> None:
+    """Forget the position and pause flag of ``partitions`` (just assigned, see above): the
+    next poll starts them at the committed offset (or where the reset policy says), as it
+    does a partition the consumer never held. Only local state: safe in a rebalance
+    listener."""
+    assignment = getattr(getattr(consumer, "_subscription", None), "assignment", None)
+    if assignment is None:
+        return
+    for tp in partitions:
+        if tp in assignment:
+            assignment[tp] = TopicPartitionState()

@@ -1,7 +1,9 @@
 """``Reader`` on kafka-python's ``KafkaConsumer``.
 
-For every broker: records come back as ``Record``s, commits take plain offsets, and a
-resumed partition's parked records are let back (``fixes.resume``).
+For every broker: records come back as ``Record``s, commits take plain offsets, a resumed
+partition's parked records are let back (``fixes.resume``), and a partition the group
+assigns starts at the committed offset, not paused, even one this member held before the
+rebalance (``fixes.start_afresh``).
 
 For tansu (``broker_flavor = "tansu"``), three more things, which Apache Kafka does not need:
 
@@ -309,6 +311,9 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         log.info("assigned %d partitions", len(assigned))
         self.reader._rebalancing = False
+        # each starts at the commit, not paused: what its owner held of it was dropped
+        fixes.start_afresh(self.reader._consumer, assigned)
+        self.reader._paused.difference_update((tp.topic, tp.partition) for tp in assigned)
         assert self.reader._listener is not None
         self.reader._listener.assigned([(tp.topic, tp.partition) for tp in assigned])
 
