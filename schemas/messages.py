@@ -205,6 +205,17 @@ class StreamDelta(_Message):
     text: str
 
 
+class Degraded(_Message):
+    """A reply served by a rung of the degradation ladder instead of the stable version's
+    own computation: ``fallback_version`` (computed by the model's previous stable version),
+    ``cache`` (a cached result; ``stale``: past its expiry or invalidated since), ``canned``
+    (the model's configured canned answer). ``reason``: what put the request on the ladder."""
+
+    rung: Literal["fallback_version", "cache", "canned"]
+    reason: Literal["no_workers", "failing", "late"]
+    stale: bool = False
+
+
 class Reply(_Message):
     schema_version: Literal[1] = SCHEMA_VERSION
     request_id: str
@@ -217,6 +228,7 @@ class Reply(_Message):
     cost: Cost | None = None  # set when this reply was computed (not for errors or cache hits)
     cache_tier: CacheTier | None = None  # served from the result cache, by this tier
     model_version: str | None = None  # the version that computed the result (or cached it)
+    degraded: Degraded | None = None  # served by a rung of the degradation ladder
     replied_at: AwareDatetime = Field(default_factory=utc_now)
 
     @model_validator(mode="after")
@@ -253,6 +265,9 @@ class BatchItem(_Message):
     traceparent: str | None = None
     # a shadow version computes this request too: keep this result to compare with its own
     compare_with: str | None = None
+    # sent to the model's fallback version (its stable version had no live worker): the
+    # reply says so
+    degraded: Degraded | None = None
 
 
 class Batch(_Message):

@@ -279,6 +279,7 @@ def _compute(
                 compute_ms=compute_ms,
             ),
             batch=batch_info,
+            degraded=item.degraded,
             cost=Cost(
                 tokens=tokens,
                 padded_tokens=row_padded,

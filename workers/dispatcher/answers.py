@@ -1,5 +1,6 @@
-"""The dispatcher's own answers, carried out: error replies, dead letters, and requests
-forwarded to their proper bucket.
+"""The dispatcher's own answers, carried out: error replies, the degradation ladder's
+answers (cached or canned results), dead letters, and requests forwarded to their proper
+bucket.
 
 A request is answered at most once: an error reply first claims the request in the ledger,
 as a worker would. A request a worker holds right now is left to it when the answer may be
@@ -54,7 +55,14 @@ class Answerer:
             assert action.key is not None
             tenant, request_id = action.key
             reply = Reply(
-                request_id=request_id, tenant=tenant, model=action.model, error=action.error
+                request_id=request_id,
+                tenant=tenant,
+                model=action.model,
+                error=action.error,
+                result=action.result,
+                degraded=action.degraded,
+                model_version=action.model_version,
+                cache_tier=action.cache_tier,
             )
             try:
                 self.writer.send(

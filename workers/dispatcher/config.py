@@ -13,6 +13,7 @@ from headrace.limits.policy import TenantLimits
 from headrace.schemas.topics import Lane, Topics
 from headrace.workers.batcher import Batcher, DynamicBatcher
 from headrace.workers.dispatcher.flights import Pending
+from headrace.workers.dispatcher.ladder import LadderPolicy
 from headrace.workers.dispatcher.lanes import LanePolicy
 from headrace.workers.dispatcher.quotas import LimitsPolicy
 from headrace.workers.health import HealthPolicy
@@ -39,6 +40,7 @@ class CoreConfig:
     max_request_bytes: int = 256 * 1024
     degraded_fallback: Literal["error", "queue"] = "error"
     health: HealthPolicy = field(default_factory=HealthPolicy)
+    ladder: LadderPolicy = field(default_factory=LadderPolicy)
     # request topics are neither compacted nor transactional: a fetch that starts past the
     # next expected offset skipped records (seen with tansu); read them again
     contiguous_offsets: bool = True
@@ -94,6 +96,12 @@ class CoreConfig:
                 min_requests=settings.breaker_min_requests,
                 window_s=settings.breaker_window_s,
                 cooldown_s=settings.breaker_cooldown_s,
+            ),
+            ladder=LadderPolicy(
+                rungs=tuple(settings.degrade_rungs),
+                canned=dict(settings.degrade_canned),
+                opt_out=frozenset(settings.degrade_opt_out),
+                late_factor=settings.degrade_late_factor,
             ),
             contiguous_offsets=settings.broker_flavor == "tansu",
             scaling_prior_tokens_per_s=settings.scaling_prior_tokens_per_s,

@@ -95,7 +95,7 @@ class DispatcherCore:
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
         self.slots: Mapping[str, int] = {}  # batches a worker holds at once (absent: 1)
-        self.versions = Versions()
+        self.versions = Versions("fallback_version" in config.ladder.rungs)
         self.outgoing = Outgoing(
             config, self.flights, self.versions, self.stats, self.observer, clock, wall_clock
         )
@@ -114,6 +114,7 @@ class DispatcherCore:
             self.observer,
             count_tokens,
             self.quotas,
+            self.expected_wait_s,
         )
         self._last_commit = clock()
         self._state_logged = clock()
@@ -207,6 +208,15 @@ class DispatcherCore:
         """The autoscaling signal: seconds one worker needs for ``backlog`` requests of
         ``bucket`` at what its requests cost recently (``workload``)."""
         return self.workload.queued_seconds(bucket, backlog)
+
+    def expected_wait_s(self, bucket: int) -> float | None:
+        """What the bucket's backlog (over every dispatcher) needs of its live workers (each
+        batch they hold at once computing in parallel), once its requests' cost has been seen
+        (None before: the ladder's late trigger waits)."""
+        backlog = self.quotas.backlog.get(bucket)
+        if backlog is None or not self.workload.seen(bucket):
+            return None
+        return self.queued_work_s(bucket, backlog) / max(1, self._capacity(bucket))
 
     def drain_s(self, bucket: int) -> float:
         """Seconds the bucket's live workers need per request (the backlog's drain rate)."""

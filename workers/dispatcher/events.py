@@ -14,11 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from headrace.limits.policy import TenantLimits, TenantUsage
 from headrace.models.traffic import TrafficPolicy
 from headrace.schemas.errors import ErrorInfo
-from headrace.schemas.messages import Batch, Completion, DeadLetter, RecordRef
+from headrace.schemas.messages import (
+    Batch,
+    CacheTier,
+    Completion,
+    DeadLetter,
+    Degraded,
+    EmbeddingResult,
+    GenerationResult,
+    RecordRef,
+    Request,
+)
 from headrace.transport.base import Headers, Partition, Record
 
 RequestKey = tuple[str, str]  # (tenant, request_id)
@@ -193,15 +204,32 @@ class SendBatch:
 class Answer:
     """Answer a record with ``error`` (on ``reply_to``, when there is one) unless its request
     was answered already, and send ``dead_letter``. With ``may_defer``, a request a worker
-    holds right now is left to it (``AnswerDeferred``) and nothing is sent."""
+    holds right now is left to it (``AnswerDeferred``) and nothing is sent. A rung of the
+    degradation ladder answers with ``result`` instead, marked ``degraded``."""
 
     ref: RecordRef
-    error: ErrorInfo
+    error: ErrorInfo | None
     key: RequestKey | None = None
     reply_to: str | None = None
     model: str = ""
     dead_letter: DeadLetter | None = None
     may_defer: bool = False
+    result: EmbeddingResult | GenerationResult | None = None
+    degraded: Degraded | None = None
+    model_version: str | None = None
+    cache_tier: CacheTier | None = None
+
+
+@dataclass(frozen=True)
+class LookUpCache:
+    """The ladder's cache rung: answer ``request`` with a result the cache holds for it
+    (even a stale one: under the key of the version its traffic policy gives it, or of the
+    model's previous stable version), marked with ``reason``; without one, carry
+    ``otherwise`` out."""
+
+    request: Request
+    reason: Literal["no_workers", "failing", "late"]
+    otherwise: Answer
 
 
 @dataclass(frozen=True)
@@ -254,4 +282,6 @@ class SyncLimits:
     tenants: Sequence[str]
 
 
-Action = SendBatch | Answer | Forward | Commit | Seek | SetPaused | Settle | SyncLimits
+Action = (
+    SendBatch | Answer | LookUpCache | Forward | Commit | Seek | SetPaused | Settle | SyncLimits
+)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from headrace.schemas.messages import Batch, BatchItem
+from headrace.schemas.messages import Batch, BatchItem, Degraded
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, InFlight, Pending, ref_key
@@ -57,13 +57,14 @@ class Outgoing:
     ) -> ev.SendBatch:
         attempt = 1 + max(p.failures for p in pendings)
         lane = pendings[0].lane
+        fallback = version is not None and version == self.versions.fallback_for(bucket)
         batch = Batch(
             batch_id=uuid.uuid4().hex,
             bucket=bucket,
             dispatcher_id=self.config.dispatcher_id,
             attempt=attempt,
             dispatched_at=self.wall_clock(),
-            items=[_marked(p, s) for p, s in zip(pendings, shadows, strict=True)],
+            items=[_marked(p, s, fallback) for p, s in zip(pendings, shadows, strict=True)],
             lane=lane,
             model_version=version,
         )
@@ -123,8 +124,12 @@ class Outgoing:
         ]
 
 
-def _marked(pending: Pending, shadow: str | None) -> BatchItem:
-    """The request as its batch carries it: marked when a shadow computes it too."""
-    if shadow is None:
-        return pending.item
-    return pending.item.model_copy(update={"compare_with": shadow})
+def _marked(pending: Pending, shadow: str | None, fallback: bool = False) -> BatchItem:
+    """The request as its batch carries it: marked when a shadow computes it too, or when
+    the model's fallback version computes it (its stable version has no live worker)."""
+    update: dict[str, object] = {}
+    if shadow is not None:
+        update["compare_with"] = shadow
+    if fallback:
+        update["degraded"] = Degraded(rung="fallback_version", reason="no_workers")
+    return pending.item.model_copy(update=update) if update else pending.item

@@ -1,20 +1,20 @@
 """Records in, for the dispatcher's core (no IO): a gap is read again; each record is
 parsed, counted with the model's tokenizer, routed (here, onward to its proper bucket, or
-too long), checked (model, deadline, cancellation, the bucket's health, its backlog bound,
-the tenant's limits) and put in its bucket's batcher, or answered, dead-lettered or
-forwarded."""
+too long), checked (model, deadline, cancellation, the bucket's health and queued work: the
+degradation ladder, its backlog bound, the tenant's limits) and put in its bucket's batcher,
+or answered, dead-lettered or forwarded."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from cachetools import FIFOCache
 
 from headrace.health.tracing import TRACEPARENT, valid_traceparent
 from headrace.schemas.errors import ErrorCode, ErrorInfo
-from headrace.schemas.messages import BatchItem, RecordRef, Request
+from headrace.schemas.messages import BatchItem, Degraded, RecordRef, Request
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
@@ -22,6 +22,7 @@ from headrace.workers.batcher import Batcher
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
+from headrace.workers.dispatcher.ladder import Reason, descend, late
 from headrace.workers.dispatcher.observer import Observer
 from headrace.workers.dispatcher.quotas import Quotas
 from headrace.workers.dispatcher.refusals import Refusals
@@ -48,8 +49,11 @@ class RecordsIn:
         observer: Observer,
         count_tokens: TokenCounter,
         quotas: Quotas,
+        expected_wait_s: Callable[[int], float | None] = lambda _: None,
     ) -> None:
+        """``expected_wait_s``: what the work queued in a bucket needs (None: not known)."""
         self.config = config
+        self.expected_wait_s = expected_wait_s
         self.quotas = quotas
         self.topics: Topics = config.topics
         self.bucket_of_topic = bucket_of_topic
@@ -131,10 +135,16 @@ class RecordsIn:
                 return
             tokens = way.tokens
         problem = self._admission(request, here, wall_time)
+        waiting = self.flights.is_waiting(request.key)
+        if problem is None and here is not None and not waiting:
+            trouble = self._trouble(request, here, self.lane_of_topic[record.topic], wall_time)
+            if trouble is not None:
+                self._degrade(request, ref, here, wall_time, tokens, *trouble, out)
+                return
         if problem is None and here is not None:
             lane = self.lane_of_topic[record.topic]
             problem = self.quotas.refusal(request.tenant, here, tokens, lane, wall_time)
-        if problem is not None and not self.flights.is_waiting(request.key):
+        if problem is not None and not waiting:
             self._refuse(request, ref, here, wall_time, problem, tokens, out)
             return
         if here is not None:
@@ -195,16 +205,60 @@ class RecordsIn:
             return problem
         if request.key in self.cancelled:
             return ErrorInfo(code=ErrorCode.cancelled, message="cancelled before it was computed")
-        if bucket is None:
-            return None
-        state = self.health[bucket].state()
-        if state is not Health.ok and self.config.degraded_fallback == "error":
-            self.stats.unavailable += 1
-            reason = "has no live worker" if state is Health.no_workers else "is failing"
-            return ErrorInfo(
-                code=ErrorCode.unavailable, message=f"bucket {bucket} {reason}; try again later"
-            )
         return None
+
+    def _trouble(
+        self, request: Request, bucket: int, lane: Lane, wall_time: float
+    ) -> tuple[Reason, str] | None:
+        """Why the bucket cannot serve the request well (the ladder's triggers), if it
+        cannot: no live worker, its breaker open, or queued work past its deadline."""
+        state = self.health[bucket].state()
+        if state is not Health.ok:
+            if self.config.degraded_fallback != "error":
+                return None  # "queue": it waits for the bucket to recover
+            if state is Health.no_workers:
+                return "no_workers", f"bucket {bucket} has no live worker; try again later"
+            return "failing", f"bucket {bucket} is failing; try again later"
+        if request.deadline is None or lane != "online":
+            return None
+        left_s = request.deadline.timestamp() - wall_time
+        wait_s = self.expected_wait_s(bucket)
+        if not late(self.config.ladder, wait_s, left_s):
+            return None
+        return "late", (
+            f"bucket {bucket}'s queued work needs about {wait_s:.1f} s, "
+            f"past the request's deadline in {left_s:.1f} s"
+        )
+
+    def _degrade(
+        self,
+        request: Request,
+        ref: RecordRef,
+        bucket: int,
+        wall_time: float,
+        tokens: int,
+        reason: Reason,
+        why: str,
+        out: list[ev.Action],
+    ) -> None:
+        """Down the ladder below the fallback version (``ladder``): the cache (looked up by
+        the shell), the model's canned answer, the reject."""
+        descent = descend(self.config.ladder, request, reason, why)
+        if descent.canned is not None:
+            self.observer.record("degraded_canned")
+            marked = Degraded(rung="canned", reason=reason)
+            last = self.refusals.degraded(
+                request, ref, bucket, wall_time, tokens, descent.canned, marked
+            )
+        else:
+            if reason != "late":
+                self.stats.unavailable += 1
+            self.stats.rejected += 1
+            self.observer.record(descent.error.code.value)
+            last = self.refusals.not_admitted(
+                request, ref, bucket, wall_time, descent.error, tokens
+            )
+        out.append(ev.LookUpCache(request, reason, last) if descent.cache else last)
 
     def deferred(self, ref: RecordRef, out: list[ev.Action]) -> None:
         """A worker holds the request this core meant to answer: it will answer it."""

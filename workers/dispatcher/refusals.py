@@ -3,7 +3,8 @@
 - a record that is no request: dead-lettered, and answered where it names a reply topic
   and a request id;
 - a request that fails admission (unknown model, expired, too long, cancelled, bucket
-  unavailable), one cancelled while it waited, one given up on after failing alone
+  unavailable), one a rung of the degradation ladder answers (a cached or canned result,
+  ``ladder``), one cancelled while it waited, one given up on after failing alone
   (``redelivery_exhausted``, dead-lettered too).
 
 The last three may be *deferred*: if a worker holds the request when the shell claims it,
@@ -13,11 +14,18 @@ as if admitted, or sent again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
-from headrace.schemas.messages import DeadLetter, RecordRef, Request
+from headrace.schemas.messages import (
+    DeadLetter,
+    Degraded,
+    EmbeddingResult,
+    GenerationResult,
+    RecordRef,
+    Request,
+)
 from headrace.workers.dispatcher.events import Answer
 from headrace.workers.dispatcher.flights import Pending, RefKey, ref_key
 from headrace.workers.dispatcher.redelivery import exhausted_message
@@ -74,6 +82,21 @@ class Refusals:
         self._deferrable[ref_key(ref)] = Deferrable("admit", request, bucket, wall_time, tokens)
         return _answer(request, ref, error)
 
+    def degraded(
+        self,
+        request: Request,
+        ref: RecordRef,
+        bucket: int,
+        wall_time: float,
+        tokens: int,
+        result: EmbeddingResult | GenerationResult,
+        degraded: Degraded,
+    ) -> Answer:
+        """A rung of the degradation ladder answers it (deferred like a refusal: a worker
+        holding the request answers it itself)."""
+        self._deferrable[ref_key(ref)] = Deferrable("admit", request, bucket, wall_time, tokens)
+        return replace(_answer(request, ref, None), result=result, degraded=degraded)
+
     def cancelled(self, pending: Pending, bucket: int) -> Answer:
         request, ref = pending.item.request, pending.item.ref
         self._deferrable[ref_key(ref)] = Deferrable("requeue", request, bucket, pending=pending)
@@ -99,7 +122,10 @@ class Refusals:
 
 
 def _answer(
-    request: Request, ref: RecordRef, error: ErrorInfo, dead_letter: DeadLetter | None = None
+    request: Request,
+    ref: RecordRef,
+    error: ErrorInfo | None,
+    dead_letter: DeadLetter | None = None,
 ) -> Answer:
     return Answer(
         ref=ref,

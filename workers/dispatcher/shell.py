@@ -26,6 +26,7 @@ from headrace.schemas.messages import Batch
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport import Partition, Record, Transport, open_transport
 from headrace.workers.dispatcher.answers import Answerer
+from headrace.workers.dispatcher.cache_rung import CacheRung
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.control import ControlReader
 from headrace.workers.dispatcher.core import DispatcherCore
@@ -43,6 +44,7 @@ from headrace.workers.dispatcher.events import (
     Forward,
     LimitsNotSynced,
     LimitsSynced,
+    LookUpCache,
     PartitionsLost,
     PartitionsRevoked,
     RecordsRead,
@@ -125,6 +127,7 @@ class Dispatcher:
             owner=f"dispatcher-{self.dispatcher_id}",
         )
         self.settler = Settler(self.transport, self.ledger)
+        self.cache_rung = CacheRung(s, lambda: self.core.versions.policy)
         self.model_watch = ModelWatch(s, redis_client(s), self.dispatcher_id)
         first = self.model_watch.read()  # before any record: every batch has its version
         if first is not None:
@@ -159,6 +162,7 @@ class Dispatcher:
             )
         finally:
             self.settler.close()
+            self.cache_rung.close()
             self.reader.close()
             self.answers.writer.close()
 
@@ -174,6 +178,9 @@ class Dispatcher:
         self._guarded(self._housekeeping)
         for settled in self.settler.results():
             self.handle(settled)
+        for answer in self.cache_rung.results():
+            for follow in self._carry_out([answer]):
+                self.handle(follow)
         if self.report_requested.is_set():
             self.report_requested.clear()
             self.log_state()
@@ -219,6 +226,8 @@ class Dispatcher:
                     self._set_paused(action.topic, action.paused)
                 case Settle():
                     self.settler.submit(action)
+                case LookUpCache():
+                    self.cache_rung.submit(action)
                 case SyncLimits():
                     follow.append(self._sync_limits(action))
         # first in line again in their order: the last one goes to the front first

@@ -3,7 +3,9 @@
 The shell tells it the model's stable version and traffic policy (``TrafficSeen``, about once
 a second) and which version each live worker serves (``WorkersSeen``). A ready batch is cut
 by version (``assign``: split, canary, sticky subjects; a version with no live worker for the
-bucket gives way to the stable one) and each part goes to its version's queue. Requests the
+bucket gives way to the stable one; with the stable one without a live worker too, to the
+model's previous stable version: the degradation ladder's first rung) and each part goes to
+its version's queue. Requests the
 policy shadows are also copied, once, to the shadow version's queue when it has a live
 worker there. Told of no version (unit tests of delivery), batches go to unversioned queues.
 """
@@ -17,7 +19,8 @@ from headrace.workers.dispatcher.flights import Pending
 
 
 class Versions:
-    def __init__(self) -> None:
+    def __init__(self, fallback_allowed: bool = True) -> None:
+        self.fallback_allowed = fallback_allowed  # "fallback_version" is a rung of the ladder
         self.stable: str | None = None
         self.policy: TrafficPolicy | None = None
         self.revision = 0
@@ -46,14 +49,27 @@ class Versions:
         if self.policy is None:
             return [(self.stable, list(pendings))]
         live = self.live(bucket)
+        fallback = self.fallback_for(bucket)
         parts: dict[str, list[Pending]] = {}
         for p in pendings:
             request = p.item.request
             version = assign(
                 self.policy, request.tenant, request.request_id, request.routing_key, live
             )
+            if fallback is not None and version not in live:
+                version = fallback  # the ladder's first rung (Outgoing marks its replies)
             parts.setdefault(version, []).append(p)
         return list(parts.items())
+
+    def fallback_for(self, bucket: int) -> str | None:
+        """The degradation ladder's first rung: the model's previous stable version when it
+        has a live worker for ``bucket`` and the stable version has none (None otherwise)."""
+        if self.policy is None or not self.fallback_allowed:
+            return None
+        previous, live = self.policy.previous_stable, self.live(bucket)
+        if previous is None or previous not in live or self.policy.stable in live:
+            return None
+        return previous
 
     def shadow_of(self, bucket: int, served_by: str, pending: Pending) -> str | None:
         """The shadow version that also computes ``pending`` (it has a live worker for the

@@ -40,6 +40,10 @@ class Workload:
                 per_token if old_t is None else old_t + SMOOTHING * (per_token - old_t)
             )
 
+    def seen(self, bucket: int) -> bool:
+        """Has a batch of ``bucket`` been observed (its cost measured, not estimated)?"""
+        return bucket in self._per_request_s
+
     def seconds_per_request(self, bucket: int) -> float:
         known = self._per_request_s.get(bucket)
         if known is not None:

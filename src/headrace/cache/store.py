@@ -98,6 +98,35 @@ class TieredCache:
         self._promote(hit, epoch, to_l2=redis_up)
         return Hit(hit, "l3")
 
+    def get_even_stale(self, key: str) -> tuple[Hit, bool] | None:
+        """The degradation ladder's read (no L1, nothing promoted): L2's entry, else L3's
+        even past its expiry or invalidated since it was written; with whether it is stale
+        (an L3 entry that cannot be checked against Redis counts as stale)."""
+        now = self.clock()
+        try:
+            entry = self.l2.get(key)
+        except REDIS_ERRORS as exc:
+            self._skipped("l2", exc)
+            entry = None
+        if entry is not None:
+            return Hit(entry, "l2"), not entry.fresh(now)
+        if self.l3 is None:
+            return None
+        try:
+            entry = self.l3.get(key)
+        except S3Unavailable as exc:
+            self._skipped("l3", exc)
+            return None
+        if entry is None:
+            return None
+        stale = not entry.fresh(now)
+        if not stale:
+            try:
+                stale = not self.l2.valid(entry)
+            except REDIS_ERRORS:
+                stale = True
+        return Hit(entry, "l3"), stale
+
     def _get_l3(self, key: str, redis_up: bool) -> CacheEntry | None:
         if self.l3 is None:
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, field_validator
@@ -24,6 +24,9 @@ from pydantic_settings import (
 from headrace.config.cache_policy import DEFAULT_CLASSES, ExpiryPolicy
 from headrace.config.tag_rules import TagRule
 from headrace.schemas.buckets import DEFAULT_BUCKETS, validate_boundaries
+from headrace.schemas.messages import EmbeddingResult, GenerationResult
+
+DegradeRung = Literal["fallback_version", "cache", "canned", "reject"]
 
 
 class Settings(BaseSettings):
@@ -196,6 +199,17 @@ class Settings(BaseSettings):
     # (within their deadlines) for up to cold_start_s while workers load their model.
     cold_start_s: float = Field(default=300.0, gt=0)
     degraded_fallback: Literal["error", "queue"] = "error"
+    # The degradation ladder ("error" above; workers/dispatcher/ladder.py): a request its
+    # bucket cannot serve (no live worker, breaker open, or, with a deadline, queued work
+    # needing more than degrade_late_factor times what the deadline leaves; 0: never) takes
+    # the first rung of degrade_rungs that can serve it: the model's previous stable version,
+    # a cached result (even stale), the model's canned answer (degrade_canned: model -> an
+    # EmbeddingResult or GenerationResult as JSON), the reject. Reply.degraded says which.
+    # Tenants in degrade_opt_out get the reject at once.
+    degrade_rungs: list[DegradeRung] = Field(default_factory=lambda: list(get_args(DegradeRung)))
+    degrade_canned: dict[str, EmbeddingResult | GenerationResult] = Field(default_factory=dict)
+    degrade_opt_out: list[str] = Field(default_factory=list)
+    degrade_late_factor: float = Field(default=1.0, ge=0)
     breaker_error_rate: float = Field(default=0.5, gt=0, le=1)
     breaker_min_requests: int = Field(default=20, ge=1)
     breaker_window_s: float = Field(default=30.0, gt=0)
