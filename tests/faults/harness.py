@@ -263,6 +263,7 @@ def run_with_fault(
     broker: str | None = None,
     mid_run: bool = True,
     dispatchers: int = 1,
+    worker_env: dict[str, str] | None = None,
     **env: str,
 ) -> Outcome:
     """Submit FAULT_REQUESTS requests, ``inject`` the fault once a fifth is answered and
@@ -270,14 +271,17 @@ def run_with_fault(
     exactly once on the reply topic, and that the pipeline still serves. ``broker``: another
     bootstrap than the stack's, for pipeline and client; ``env``: more pipeline settings;
     ``mid_run``: the fault must land before the last reply, or the run proves nothing;
-    ``dispatchers``: how many share the bucket topics (one consumer group)."""
+    ``dispatchers``: how many share the bucket topics (one consumer group); ``worker_env``:
+    the workers' settings that differ from the dispatchers'."""
     settings = Settings(topic_prefix=prefix)
     if broker is not None:  # resend sooner what the broker may have lost
         settings = Settings(topic_prefix=prefix, kafka_bootstrap=broker, client_resend_after_s=20)
         env = {**env, "HEADRACE_KAFKA_BOOTSTRAP": broker}
     penv = pipeline_env(prefix, **{**FAST_FAULTS, **env})
     with (
-        Pipeline(env=penv, worker_buckets=worker_buckets, dispatchers=dispatchers) as pipeline,
+        Pipeline(
+            env=penv, worker_buckets=worker_buckets, dispatchers=dispatchers, worker_env=worker_env
+        ) as pipeline,
         Client(settings, tenant="faults") as client,
     ):
         run = Run(client, fault_texts(seed=seed))

@@ -4,6 +4,7 @@ memory transport relies on is checked here against the real thing."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -165,15 +166,28 @@ def test_a_partition_assigned_again_starts_afresh_at_the_commit(transport: Trans
         first.commit({p: 1 for p in read})  # only each partition's first record is done
         first.pause(list(read))
 
+        # the second polls on its own thread: a join can hold its poll for seconds, and the
+        # first must keep polling meanwhile or the group drops it
         second.subscribe([topic], Listener())
+        joined = threading.Event()
+
+        def poll_second() -> None:
+            while not joined.is_set():
+                second.poll(100)
+
+        poller = threading.Thread(target=poll_second, daemon=True)
+        poller.start()
         again: list[Record] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (
-            len(first.assignment()) == 1 and second.assignment() and again
-        ):
-            for records in first.poll(100).values():
-                again += records
-            second.poll(100)
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline and not (
+                len(first.assignment()) == 1 and second.assignment() and again
+            ):
+                for records in first.poll(100).values():
+                    again += records
+        finally:
+            joined.set()
+            poller.join(5)
         (kept,) = first.assignment()
         expected = [r.value for r in read[kept][1:]]
         while len(again) < len(expected) and time.monotonic() < deadline:

@@ -17,7 +17,6 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -109,7 +108,7 @@ class VLLMBackend:
         self._engine: AsyncEngine | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm", daemon=True)
-        self._running: dict[str, Future[None]] = {}
+        self._running: set[str] = set()  # rows in the engine, by request id (for abort)
 
     # --- loading ------------------------------------------------------------------------
     def load_weights(self) -> None:
@@ -159,10 +158,8 @@ class VLLMBackend:
         ids = request_ids or [f"row-{id(items)}-{i}" for i in range(len(items))]
         events: queue.Queue[_Event] = queue.Queue()
         for row, (item, p, rid) in enumerate(zip(items, params, ids, strict=True)):
-            future = asyncio.run_coroutine_threadsafe(
-                self._row(row, item, p, rid, events), self._loop
-            )
-            self._running[rid] = future
+            self._running.add(rid)  # before the engine has it: an abort then is not lost
+            asyncio.run_coroutine_threadsafe(self._row(row, item, p, rid, events), self._loop)
         results: list[Generated | None] = [None] * len(items)
         aborted: set[int] = set()
         try:
@@ -183,7 +180,7 @@ class VLLMBackend:
                     results[event.row] = event.done
         finally:
             for rid in ids:
-                self._running.pop(rid, None)
+                self._running.discard(rid)
         return [r for r in results if r is not None]
 
     async def _row(

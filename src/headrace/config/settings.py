@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     kafka_ssl_certfile: Path | None = None
     kafka_ssl_keyfile: Path | None = None
     kafka_ssl_password: SecretStr | None = None
+    # Reach the brokers through a proxy: socks5://host:port or http://host:port (HTTP
+    # CONNECT); every broker address the cluster advertises is asked of the proxy.
+    kafka_proxy_url: str | None = None
     # Which client talks to the broker (headrace.transport), and which broker it is:
     # "tansu" (the local stack) turns on the workarounds only tansu needs (fetch waits that
     # follow demand, the stalled-fetch watch, group rejoin, reading a partition back after an
@@ -332,6 +335,8 @@ class Settings(BaseSettings):
                 options[f"ssl_{name}"] = str(path)
         if self.kafka_ssl_password is not None:
             options["ssl_password"] = self.kafka_ssl_password.get_secret_value()
+        if self.kafka_proxy_url:
+            options["proxy_url"] = self.kafka_proxy_url
         return options
 
     def redis_password_value(self) -> str | None:
