@@ -21,6 +21,7 @@ Not in CI: it takes its whole duration (``./dev bench-soak``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import os
@@ -203,8 +204,8 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
         stack.up()
     run = uuid.uuid4().hex[:6]
     embed_prefix, gen_prefix = f"soak-embed-{run}", f"soak-gen-{run}"
-    embed_settings = Settings(topic_prefix=embed_prefix, client_resend_after_s=20)
-    gen_settings = Settings(topic_prefix=gen_prefix, model=tiny_lm.NAME, client_resend_after_s=20)
+    embed_settings = Settings(topic_prefix=embed_prefix)
+    gen_settings = Settings(topic_prefix=gen_prefix, model=tiny_lm.NAME)
     fast = {"HEADRACE_WORKER_HEARTBEAT_S": "0.5", "HEADRACE_LEASE_BASE_S": "10"}
     texts = [t[:300] for t in long_tail_texts(5000, seed=31)]
     stop = threading.Event()
@@ -222,28 +223,37 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
             Client(gen_settings, tenant="chat") as chat,
         ):
             soak = Soak(settings, stack, embed, generate)
+
+            def chat_once(i: int) -> None:
+                tokens = 64 if i % 10 == 0 else 16
+                soak.track("gen", chat.submit_generation(f"story {i}", max_tokens=tokens))
+
+            def start(rate: float, send: Callable[[int], None]) -> threading.Thread:
+                thread = threading.Thread(target=pace, args=(rate, stop, send), daemon=True)
+                thread.start()
+                return thread
+
+            # generation first: the embedding capacity is what is left beside it
+            threads = [start(GENERATION_RATE, chat_once)]
             cap = capacity(online, texts[:600])
             rate = load * cap
             console.print(
-                f"capacity {cap:.0f} req/s; online {rate * 2 / 3:.0f}/s, bulk {rate / 3:.0f}/s"
+                f"embedding capacity beside generation {cap:.0f} req/s; "
+                f"online {rate * 2 / 3:.0f}/s, bulk {rate / 3:.0f}/s, "
+                f"generation {GENERATION_RATE}/s"
             )
-            senders = [
-                (rate * 2 / 3, lambda i: soak.track("embed", online.submit(texts[i % len(texts)]))),
-                (rate / 3, lambda i: soak.track("embed", bulk.submit(texts[(i * 7) % len(texts)]))),
-                (
-                    GENERATION_RATE,
-                    lambda i: soak.track(
-                        "gen",
-                        chat.submit_generation(f"story {i}", max_tokens=64 if i % 10 == 0 else 16),
-                    ),
-                ),
-            ]
-            threads = [
-                threading.Thread(target=pace, args=(r, stop, send), daemon=True)
-                for r, send in senders
-            ]
-            for t in threads:
-                t.start()
+            threads.append(
+                start(
+                    rate * 2 / 3,
+                    lambda i: soak.track("embed", online.submit(texts[i % len(texts)])),
+                )
+            )
+            threads.append(
+                start(
+                    rate / 3,
+                    lambda i: soak.track("embed", bulk.submit(texts[(i * 7) % len(texts)])),
+                )
+            )
             began = time.monotonic()
             soak.sample([embed_prefix, gen_prefix])
             plan = itertools.cycle(faults(soak))
@@ -263,9 +273,10 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
             for t in threads:
                 t.join()
             ended = time.monotonic()
-            deadline = time.monotonic() + 300  # answered, or given up on
+            deadline = time.monotonic() + 300  # answered, or given up on (counted as never)
             for s in soak.sent:
-                s.submission.future.exception(timeout=max(0.0, deadline - time.monotonic()))
+                with contextlib.suppress(TimeoutError):
+                    s.submission.future.exception(timeout=max(0.0, deadline - time.monotonic()))
             soak.sample([embed_prefix, gen_prefix])
             replies = {
                 "embed": _count(embed_settings, online.reply_topic),
