@@ -10,8 +10,8 @@ empty, restart the broker, kill -9 the generation worker (restarted), stop S3 fo
 
 Every minute: each process's RSS and open files, Redis's keys, each pipeline's topics' sizes.
 At the end: those at start and end, and the fault table: per fault, the requests sent in its
-window, how many were answered once, twice, never (counted on the reply topics), and the
-longest stall after it.
+window, how many the client got a reply for, how many the reply topics hold once, twice,
+never, and the longest stall after it.
 
     python -m bench.soak [--minutes 30] [--fault-every-s 300] [--load 0.7]
 
@@ -172,7 +172,9 @@ def report(soak: Soak, replies: dict[str, collections.Counter[str]], ended: floa
     console.print(f"samples {len(soak.samples)} over {(last['t'] - first['t']) / 60:.1f} min")
     console.print(table)
     edges = [at for _, at in soak.faults] + [ended]
-    faults = Table("fault", "at min", "sent", "answered once", "twice", "never", "stall s")
+    faults = Table(
+        "fault", "at min", "sent", "client got", "on topic once", "twice", "never", "stall s"
+    )
     start = soak.sent[0].at if soak.sent else 0.0
     for (name, at), until in zip(soak.faults, edges[1:], strict=True):
         window = [s for s in soak.sent if at <= s.at < until]
@@ -183,6 +185,7 @@ def report(soak: Soak, replies: dict[str, collections.Counter[str]], ended: floa
             name,
             f"{(at - start) / 60:.1f}",
             str(len(window)),
+            str(sum(_got(s) for s in window)),
             str(sum(c == 1 for c in counts)),
             str(sum(c > 1 for c in counts)),
             str(sum(c == 0 for c in counts)),
@@ -191,7 +194,8 @@ def report(soak: Soak, replies: dict[str, collections.Counter[str]], ended: floa
     console.print(faults)
     all_counts = [replies[s.kind][s.submission.request.request_id] for s in soak.sent]
     console.print(
-        f"all {len(all_counts)} requests: answered once {sum(c == 1 for c in all_counts)}, "
+        f"all {len(all_counts)} requests: the client got {sum(_got(s) for s in soak.sent)}; "
+        f"on the reply topics once {sum(c == 1 for c in all_counts)}, "
         f"twice {sum(c > 1 for c in all_counts)}, never {sum(c == 0 for c in all_counts)}"
     )
 
@@ -292,6 +296,12 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
         stop.set()
         if started:
             stack.down()
+
+
+def _got(sent: Sent) -> bool:
+    """The client received a reply for it (a result or a typed error)."""
+    future = sent.submission.future
+    return future.done() and future.exception() is None
 
 
 def _count(settings: Settings, topic: str) -> collections.Counter[str]:
