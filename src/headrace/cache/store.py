@@ -79,13 +79,7 @@ class TieredCache:
                 return Hit(entry, "l1")
         else:
             epoch = 0
-        redis_up = True
-        try:
-            entry = self.l2.get(key)
-        except REDIS_ERRORS as exc:
-            redis_up = False
-            entry = None
-            self._skipped("l2", exc)
+        entry, redis_up = self._read_l2(key)
         if entry is not None and entry.fresh(self.clock()):
             self._looked_up("l2")
             self._promote(entry, epoch, to_l2=False)
@@ -103,20 +97,10 @@ class TieredCache:
         even past its expiry or invalidated since it was written; with whether it is stale
         (an L3 entry that cannot be checked against Redis counts as stale)."""
         now = self.clock()
-        try:
-            entry = self.l2.get(key)
-        except REDIS_ERRORS as exc:
-            self._skipped("l2", exc)
-            entry = None
+        entry, _ = self._read_l2(key)
         if entry is not None:
             return Hit(entry, "l2"), not entry.fresh(now)
-        if self.l3 is None:
-            return None
-        try:
-            entry = self.l3.get(key)
-        except S3Unavailable as exc:
-            self._skipped("l3", exc)
-            return None
+        entry = self._read_l3(key)
         if entry is None:
             return None
         stale = not entry.fresh(now)
@@ -127,16 +111,28 @@ class TieredCache:
                 stale = True
         return Hit(entry, "l3"), stale
 
-    def _get_l3(self, key: str, redis_up: bool) -> CacheEntry | None:
+    def _read_l2(self, key: str) -> tuple[CacheEntry | None, bool]:
+        """L2's entry for ``key`` (None: none, or Redis away), and whether Redis answered."""
+        try:
+            return self.l2.get(key), True
+        except REDIS_ERRORS as exc:
+            self._skipped("l2", exc)
+            return None, False
+
+    def _read_l3(self, key: str) -> CacheEntry | None:
+        """L3's entry for ``key`` as stored (None: none, no L3, or S3 away)."""
         if self.l3 is None:
             return None
         try:
-            entry = self.l3.get(key)
+            return self.l3.get(key)
         except S3Unavailable as exc:
             self._skipped("l3", exc)
             return None
+
+    def _get_l3(self, key: str, redis_up: bool) -> CacheEntry | None:
+        entry = self._read_l3(key)
         now = self.clock()
-        if entry is None or not entry.fresh(now):
+        if self.l3 is None or entry is None or not entry.fresh(now):
             return None
         if redis_up:
             try:

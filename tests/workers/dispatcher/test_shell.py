@@ -29,6 +29,7 @@ from headrace.schemas.topics import Topics
 from headrace.transport.memory import MemoryTransport
 from headrace.workers.dispatcher.shell import Dispatcher
 from headrace.workers.ledger import Ledger
+from tests.transport.test_contract import Listener
 
 pytestmark = pytest.mark.timeout(60)
 MODEL = "all-MiniLM-L6-v2"
@@ -225,17 +226,6 @@ def test_each_bucket_exports_its_lag_unread_and_uncommitted(rig: Rig) -> None:
     assert lag("unread") == 0  # read and batched, not yet answered
 
 
-class _Member:
-    def assigned(self, partitions: list[tuple[str, int]]) -> None:
-        pass
-
-    def revoked(self, partitions: list[tuple[str, int]]) -> None:
-        pass
-
-    def lost(self, partitions: list[tuple[str, int]]) -> None:
-        pass
-
-
 def test_a_paused_bucket_stays_paused_when_the_group_hands_its_partitions_back() -> None:
     """A partition comes back from a rebalance unpaused; the shell pauses it again while the
     core holds its bucket back (here: a batch waits behind the one in flight), and resumes
@@ -248,7 +238,7 @@ def test_a_paused_bucket_stays_paused_when_the_group_hands_its_partitions_back()
         b16 = (rig.topics.requests(16), 0)
         rig.until(lambda: b16 in rig.dispatcher.reader.paused())  # r2's batch waits
         other = rig.transport.reader(f"{rig.settings.topic_prefix}.dispatcher")
-        other.subscribe([b16[0]], _Member())
+        other.subscribe([b16[0]], Listener())
         rig.until(lambda: b16 not in rig.dispatcher.reader.assignment())
         other.close()
         rig.until(lambda: b16 in rig.dispatcher.reader.assignment())
