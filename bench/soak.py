@@ -1,10 +1,12 @@
 """Soak: mixed traffic for a long while at about 70% of capacity, with a fault every few
 minutes; does anything grow without bound, and is every request still answered once?
 
-Two pipelines share the local stack: embeddings (a dispatcher, two workers) and generation
-(the test LM: a dispatcher, one worker). Traffic is open loop: online embeddings and bulk-lane
-embeddings at ``load`` of the capacity measured first (split 2:1), generation requests at
-2/s (90% max_tokens 16, 10% 64). A fault every ``fault_every_s``, in turn: kill -9 an
+Two pipelines share the local stack and a broker of their own that keeps its log in the
+stack's S3 store (as the fault suite's broker faults do: an in-memory broker restarted loses
+every topic, which is no fault a deployment has): embeddings (a dispatcher, two workers) and
+generation (the test LM: a dispatcher, one worker). Traffic is open loop: online embeddings
+and bulk-lane embeddings at ``load`` of the capacity measured first (split 2:1), generation
+requests at 2/s (90% max_tokens 16, 10% 64). A fault every ``fault_every_s``, in turn: kill -9 an
 embedding worker (restarted), kill -9 the embedding dispatcher (restarted), restart Redis
 empty, restart the broker, kill -9 the generation worker (restarted), stop S3 for 10 s.
 
@@ -41,7 +43,7 @@ from rich.table import Table
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.ops.localstack import LocalStack
-from headrace.ops.processes import Pipeline, Proc
+from headrace.ops.processes import Pipeline, Proc, free_port
 from headrace.ops.sample_texts import long_tail_texts
 from headrace.producers.client import Client
 from headrace.producers.submission import Submission
@@ -63,6 +65,7 @@ class Sent:
 class Soak:
     settings: Settings
     stack: LocalStack
+    broker: LocalStack
     embed: Pipeline
     generate: Pipeline
     sent: list[Sent] = field(default_factory=list)
@@ -85,7 +88,7 @@ class Soak:
         named |= {f"gen-{p.name}": p for p in [*self.generate.dispatchers, *self.generate.workers]}
         return {n: p for n, p in named.items() if p.alive()}
 
-    def sample(self, prefixes: list[str]) -> None:
+    def sample(self, prefixes: list[str], bootstrap: str) -> None:
         row: dict[str, float] = {"t": time.monotonic()}
         for name, proc in self.processes().items():
             row[f"{name} rss MB"] = _rss_mb(proc.pid)
@@ -93,7 +96,7 @@ class Soak:
         client = redis.Redis.from_url(self.settings.redis_url)
         row["redis keys"] = float(client.dbsize())
         for prefix in prefixes:
-            row[f"{prefix} topic records"] = float(_topic_records(prefix))
+            row[f"{prefix} topic records"] = float(_topic_records(prefix, bootstrap))
         self.samples.append(row)
 
 
@@ -108,10 +111,10 @@ def _fds(pid: int) -> float:
     return float(len(os.listdir(f"/proc/{pid}/fd")))
 
 
-def _topic_records(prefix: str) -> int:
+def _topic_records(prefix: str, bootstrap: str) -> int:
     """Records on every topic of ``prefix`` (requests and replies grow with the traffic: by
     design, until retention; the control and dead-letter topics should not)."""
-    settings = Settings(topic_prefix=prefix)
+    settings = Settings(topic_prefix=prefix, kafka_bootstrap=bootstrap)
     consumer = KafkaConsumer(**settings.kafka_options())
     try:
         topics = [t for t in consumer.topics() if t.startswith(f"{prefix}.")]
@@ -147,18 +150,18 @@ def faults(soak: Soak) -> list[tuple[str, Callable[[], None]]]:
         proc.kill()
         proc.launch()
 
-    def outage(service: str, seconds: float) -> None:
-        stack.stop_service(service)
+    def outage(where: LocalStack, service: str, seconds: float) -> None:
+        where.stop_service(service)
         time.sleep(seconds)
-        stack.up(only=(service,))
+        where.up(only=(service,))
 
     return [
         ("kill -9 an embedding worker", lambda: restart(embed.workers[0])),
         ("kill -9 the embedding dispatcher", lambda: restart(embed.dispatcher)),
-        ("restart Redis, empty", lambda: outage("redis", 0.5)),
-        ("restart the broker", lambda: outage("kafka", 0.5)),
+        ("restart Redis, empty", lambda: outage(stack, "redis", 0.5)),
+        ("restart the broker (log in S3)", lambda: outage(soak.broker, "kafka", 0.5)),
         ("kill -9 the generation worker", lambda: restart(gen.workers[0])),
-        ("stop S3 for 10 s", lambda: outage("s3", 10.0)),
+        ("stop S3 for 10 s (the broker's store)", lambda: outage(stack, "s3", 10.0)),
     ]
 
 
@@ -207,10 +210,23 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
     if started:
         stack.up()
     run = uuid.uuid4().hex[:6]
+    bootstrap = f"127.0.0.1:{free_port()}"
+    broker = LocalStack(
+        Settings(
+            kafka_bootstrap=bootstrap,
+            broker_storage="s3",
+            state_dir=settings.state_dir / "soak" / run,
+        )
+    )
+    broker.up(only=("kafka",))
     embed_prefix, gen_prefix = f"soak-embed-{run}", f"soak-gen-{run}"
-    embed_settings = Settings(topic_prefix=embed_prefix)
-    gen_settings = Settings(topic_prefix=gen_prefix, model=tiny_lm.NAME)
-    fast = {"HEADRACE_WORKER_HEARTBEAT_S": "0.5", "HEADRACE_LEASE_BASE_S": "10"}
+    embed_settings = Settings(topic_prefix=embed_prefix, kafka_bootstrap=bootstrap)
+    gen_settings = Settings(topic_prefix=gen_prefix, model=tiny_lm.NAME, kafka_bootstrap=bootstrap)
+    fast = {
+        "HEADRACE_WORKER_HEARTBEAT_S": "0.5",
+        "HEADRACE_LEASE_BASE_S": "10",
+        "HEADRACE_KAFKA_BOOTSTRAP": bootstrap,
+    }
     texts = [t[:300] for t in long_tail_texts(5000, seed=31)]
     stop = threading.Event()
     try:
@@ -226,7 +242,7 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
             Client(embed_settings, tenant="bulk", lane="bulk") as bulk,
             Client(gen_settings, tenant="chat") as chat,
         ):
-            soak = Soak(settings, stack, embed, generate)
+            soak = Soak(settings, stack, broker, embed, generate)
 
             def chat_once(i: int) -> None:
                 tokens = 64 if i % 10 == 0 else 16
@@ -259,7 +275,7 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
                 )
             )
             began = time.monotonic()
-            soak.sample([embed_prefix, gen_prefix])
+            soak.sample([embed_prefix, gen_prefix], bootstrap)
             plan = itertools.cycle(faults(soak))
             next_fault, next_sample = began + fault_every_s, began + 60
             while (now := time.monotonic()) < began + minutes * 60:
@@ -270,7 +286,7 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
                     inject()
                     next_fault += fault_every_s
                 if now >= next_sample:
-                    soak.sample([embed_prefix, gen_prefix])
+                    soak.sample([embed_prefix, gen_prefix], bootstrap)
                     next_sample += 60
                 time.sleep(0.5)
             stop.set()
@@ -281,7 +297,7 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
             for s in soak.sent:
                 with contextlib.suppress(TimeoutError):
                     s.submission.future.exception(timeout=max(0.0, deadline - time.monotonic()))
-            soak.sample([embed_prefix, gen_prefix])
+            soak.sample([embed_prefix, gen_prefix], bootstrap)
             replies = {
                 "embed": _count(embed_settings, online.reply_topic),
                 "gen": _count(gen_settings, chat.reply_topic),
@@ -294,6 +310,7 @@ def main(minutes: float = 30.0, fault_every_s: float = 300.0, load: float = 0.7)
             out.write_text(json.dumps({"samples": soak.samples, "faults": soak.faults}))
     finally:
         stop.set()
+        broker.down()
         if started:
             stack.down()
 
