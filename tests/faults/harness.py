@@ -59,6 +59,9 @@ class Outcome:
     lost_requests_on_topic: int = 0
     resent: int = 0  # requests the client produced again (not answered in client_resend_after_s)
     last_reply_at: float = float("nan")  # time.monotonic() of the last reply
+    # from the fault's end (a recover that returns when it ended, e.g. S3 back) to the first
+    # reply after it: how soon replies flowed again
+    flowing_again_s: float = float("nan")
 
     def assert_clean(self) -> None:
         """No duplicates, nothing lost: also where the broker lost acknowledged writes
@@ -121,6 +124,11 @@ class Run:
         with self._lock:
             last = max(self.arrivals, default=float("nan"))
         return max(0.0, last - fault_at)
+
+    def first_reply_after(self, at: float) -> float:
+        """Seconds from ``at`` to the first reply after it (nan if none came)."""
+        with self._lock:
+            return min((t for t in self.arrivals if t >= at), default=float("nan")) - at
 
     def recovery_s(self, fault_at: float) -> float:
         """The longest stretch without a reply from the fault on: how long the pipeline
@@ -264,18 +272,22 @@ def run_with_fault(
     mid_run: bool = True,
     dispatchers: int = 1,
     worker_env: dict[str, str] | None = None,
+    client_settings: dict[str, object] | None = None,
     **env: str,
 ) -> Outcome:
     """Submit FAULT_REQUESTS requests, ``inject`` the fault once a fifth is answered and
-    ``recover`` from it (a supervisor's restart), then check every request got its result,
+    ``recover`` from it (a supervisor's restart; it may return the time.monotonic() the fault
+    ended, for ``flowing_again_s``), then check every request got its result,
     exactly once on the reply topic, and that the pipeline still serves. ``broker``: another
     bootstrap than the stack's, for pipeline and client; ``env``: more pipeline settings;
     ``mid_run``: the fault must land before the last reply, or the run proves nothing;
     ``dispatchers``: how many share the bucket topics (one consumer group); ``worker_env``:
-    the workers' settings that differ from the dispatchers'."""
-    settings = Settings(topic_prefix=prefix)
+    the workers' settings that differ from the dispatchers'; ``client_settings``: the
+    client's that differ from the defaults (a registered model, its registry)."""
+    settings = Settings(topic_prefix=prefix, **(client_settings or {}))  # type: ignore[arg-type]
     if broker is not None:  # resend sooner what the broker may have lost
-        settings = Settings(topic_prefix=prefix, kafka_bootstrap=broker, client_resend_after_s=20)
+        update = {"kafka_bootstrap": broker, "client_resend_after_s": 20}
+        settings = settings.model_copy(update=update)
         env = {**env, "HEADRACE_KAFKA_BOOTSTRAP": broker}
     penv = pipeline_env(prefix, **{**FAST_FAULTS, **env})
     with (
@@ -290,8 +302,7 @@ def run_with_fault(
         inject(pipeline)
         if mid_run:
             assert run.answered() < FAULT_REQUESTS, "the fault came too late to prove anything"
-        if recover is not None:
-            recover(pipeline)
+        ended = recover(pipeline) if recover is not None else None
         replies = run.replies()
         outcome = count_on_topic(
             settings,
@@ -303,6 +314,8 @@ def run_with_fault(
             all_answered_s=run.all_answered_s(fault_at),
         )
         outcome.resent, outcome.last_reply_at = client.resent, run.last_reply_at()
+        if isinstance(ended, float):
+            outcome.flowing_again_s = round(run.first_reply_after(ended), 2)
         if outcome.lost or outcome.duplicates:
             print_log_tails(pipeline)
         assert_serves(client, pipeline)

@@ -6,6 +6,8 @@
   accepted and held too.
 - **delay**: each chunk the server sends reaches the client ``delay_s`` late (a slow server:
   every answer is late, requests go through at once).
+- **slow**: each answer to a request starts ``delay_s`` late, then streams at full speed (a
+  slow object store: every request takes that much longer, however large its body).
 - **reset**: every open connection is closed with a reset, and new ones are reset at once.
 
 ``upstream`` fixes the server (Redis, S3); without it the proxy speaks HTTP CONNECT, so a
@@ -39,6 +41,7 @@ class FaultProxy:
         self._closed = False
         self.connections = 0  # accepted so far
         self.held = 0  # chunks a drop held back
+        self.delayed = 0  # answers (slow) or chunks (delay) held back delay_s
         threading.Thread(target=self._accept, daemon=True, name="fault-proxy").start()
 
     @property
@@ -53,6 +56,11 @@ class FaultProxy:
     def delay(self, seconds: float) -> None:
         self._delay_s = seconds
         self._mode = "delay"
+        self._flowing.set()
+
+    def slow(self, seconds: float) -> None:
+        self._delay_s = seconds
+        self._mode = "slow"
         self._flowing.set()
 
     def reset(self) -> None:
@@ -110,10 +118,15 @@ class FaultProxy:
             return
         with self._lock:
             self._open.update((client, server))
+        asked = threading.Event()  # a request went up since the last answer began
         for source, sink, late in ((client, server, False), (server, client, True)):
-            threading.Thread(target=self._pump, args=(source, sink, late), daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(source, sink, late, asked), daemon=True
+            ).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
+    def _pump(
+        self, source: socket.socket, sink: socket.socket, answers: bool, asked: threading.Event
+    ) -> None:
         try:
             while True:
                 data = source.recv(CHUNK)
@@ -122,7 +135,11 @@ class FaultProxy:
                 if not self._flowing.is_set():
                     self.held += 1
                     self._flowing.wait()  # a drop holds what is in flight
-                if answers and self._mode == "delay":
+                if not answers:
+                    asked.set()
+                elif self._mode == "delay" or (self._mode == "slow" and asked.is_set()):
+                    asked.clear()
+                    self.delayed += 1
                     time.sleep(self._delay_s)
                 if self._mode == "reset":
                     break

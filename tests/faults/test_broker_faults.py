@@ -36,15 +36,17 @@ def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
 
 
 def test_s3_stopped_for_10_s_mid_run(stack: LocalStack, durable_broker: LocalStack) -> None:
-    def outage(_: Pipeline) -> None:
+    def outage(_: Pipeline) -> float:
         stack.stop_service("s3")
         time.sleep(10)
         stack.up(only=("s3",))
+        return time.monotonic()
 
-    run_with_fault(
+    outcome = run_with_fault(
         "stop S3 for 10 s (broker's store)",
         unique_prefix("s3-outage"),
         outage,
         seed=9,
         broker=DURABLE_BROKER,
     )
+    print(f"replies flowing again {outcome.flowing_again_s} s after S3 was back")

@@ -90,3 +90,34 @@ def test_it_speaks_http_connect(
         sock.sendall(f"CONNECT {echo[0]}:{echo[1]} HTTP/1.1\r\n\r\n".encode())
         assert sock.recv(1024).startswith(b"HTTP/1.1 200")
         assert ask(sock, b"through")[0] == b"through"
+
+
+def test_slow_makes_each_answer_start_late_not_each_chunk(
+    connect: Callable[[int], socket.socket],
+) -> None:
+    """A server whose every answer is 1 MiB (16 of the proxy's chunks): slow(0.3) costs each
+    request 0.3 s once, where delay(0.3) would cost each chunk."""
+    body = b"x" * (1 << 20)
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = server.accept()
+            with conn:
+                while conn.recv(1024):
+                    conn.sendall(body)
+
+    threading.Thread(target=serve, daemon=True).start()
+    with FaultProxy(server.getsockname()[:2]) as proxy:
+        sock = connect(proxy.port)
+        proxy.slow(0.3)
+        for _ in range(2):
+            started = time.monotonic()
+            sock.sendall(b"get")
+            got = 0
+            while got < len(body):
+                got += len(sock.recv(1 << 16))
+            took = time.monotonic() - started
+            assert 0.3 <= took < 0.3 * 3, took  # late once, not once per chunk
+        assert proxy.delayed == 2
+    server.close()

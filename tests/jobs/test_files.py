@@ -1,16 +1,20 @@
-"""Bulk files on local disk and on S3 (SeaweedFS), plain and zstd; spools cut a partial line."""
+"""Bulk files on local disk and on S3 (SeaweedFS), plain and zstd; spools cut a partial line
+and refuse a line whole on a full disk."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
+import pytest
 import zstandard
 
 from headrace import connections
 from headrace.config.settings import Settings
-from headrace.jobs.files import Spool, deliver, read_lines
+from headrace.jobs.files import DiskFull, Spool, deliver, read_lines
 from headrace.ops.localstack import LocalStack
+from tests.disk import fill, small_disk
 
 LINES = ["first", '{"json": "line"}', "ünïcode ✓", "", "last without newline"]
 
@@ -61,3 +65,25 @@ def test_spool_cuts_a_partial_last_line(tmp_path: Path) -> None:
     only_partial.write_text('{"never finished', encoding="utf-8")
     Spool(only_partial).close()
     assert only_partial.read_text() == ""
+
+
+def test_a_full_disk_refuses_a_line_whole_and_keeps_every_line_written(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", 64 * 1024) as disk:
+        filler = fill(disk, leave_bytes=8 * 1024)
+        spool = Spool(disk / "jobs" / "output.jsonl")
+        written = []
+        with pytest.raises(DiskFull, match="no space left on the disk of"):
+            for n in range(10_000):
+                line = json.dumps({"line": n, "pad": "x" * 300})
+                spool.append(line)
+                written.append(line)
+        assert 0 < len(written) < 10_000
+        with pytest.raises(DiskFull):  # and it takes no more after that
+            spool.append('{"late": 1}')
+        spool.close()
+        assert spool.path.read_text(encoding="utf-8").splitlines() == written  # none partial
+        filler.unlink()  # room again: a new spool carries on where this one stopped
+        again = Spool(spool.path)
+        again.append('{"after": 1}')
+        again.close()
+        assert list(Spool(spool.path).lines()) == [*written, '{"after": 1}']

@@ -177,6 +177,10 @@ class Settings(BaseSettings):
     job_lease_s: float = Field(default=30.0, ge=2)
     job_runners: int = Field(default=4, ge=0)
     job_poll_s: float = Field(default=1.0, gt=0)
+    # A runner whose job's disk is full stops at once (the job stays in_progress, its errors
+    # say why) and holds the job's lease this long; then any pool carries it on from its
+    # last checkpoint, and stops again while there is still no room.
+    job_disk_full_retry_s: float = Field(default=10.0, gt=0)
     # the gateway moves closed minutes of per-tenant usage from Redis to the SQL store this
     # often (`headrace cost report` does it before it reads, too)
     usage_flush_every_s: float = Field(default=30.0, gt=0)

@@ -14,3 +14,10 @@ LINES = Counter(
 
 def line_answered(failed: bool) -> None:
     LINES.labels("failed" if failed else "completed").inc()
+
+
+DISK_FULL_STOPS = Counter(
+    "headrace_bulk_disk_full_stops_total",
+    "Job runs stopped because the disk of the job's spools was full (each carried on later "
+    "from its last checkpoint)",
+)

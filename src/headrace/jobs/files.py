@@ -6,6 +6,7 @@ their destination when the job finalizes."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import shutil
@@ -69,9 +70,25 @@ def read_lines(location: str, settings: Settings) -> Iterator[str]:
             yield line.rstrip("\n").rstrip("\r")
 
 
+class DiskFull(RuntimeError):
+    """No space left where a job writes its spools or index (``ENOSPC``/``EDQUOT``): the
+    runner stops at once and the job carries on from its last checkpoint once there is room
+    (``job_disk_full_retry_s``)."""
+
+
+def disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, DiskFull) or (
+        isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    )
+
+
 class Spool:
     """An append-only JSONL file. A run killed mid-write leaves a partial last line; opening
-    the spool again cuts it off, so every line in it is whole."""
+    the spool again cuts it off, so every line in it is whole.
+
+    Each line is one unbuffered write: nothing is left in a buffer past the guard's say, and
+    a write the disk refuses (full) is cut off again, leaves nothing behind to be flushed
+    later, and raises ``DiskFull``; the spool takes no more lines after that."""
 
     def __init__(self, path: Path, guard: Callable[[], None] | None = None) -> None:
         """``guard``: called before each append; it raises when this writer may not write
@@ -80,29 +97,52 @@ class Spool:
         self.guard = guard
         path.parent.mkdir(parents=True, exist_ok=True)
         _cut_partial_line(path)
-        # guarded: line-buffered, so no line is left in a buffer past the guard's say
-        buffering = 1 if guard is not None else -1
-        self._file = open(path, "a", encoding="utf-8", buffering=buffering)  # noqa: SIM115
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size  # the lease makes this the only writer
+        self._full: DiskFull | None = None
 
     def append(self, line: str) -> None:
         if self.guard is not None:
             self.guard()
-        self._file.write(line + "\n")
+        if self._full is not None:
+            raise self._full
+        encoded = (line + "\n").encode("utf-8")
+        data, start = memoryview(encoded), self._size
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            os.ftruncate(self._fd, start)  # no partial line; truncating frees, so it works
+            self._full = DiskFull(f"no space left on the disk of {self.path}")
+            raise self._full from exc
+        self._size = start + len(encoded)
 
     def checkpoint(self) -> None:
         """Everything appended so far is on disk when this returns."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            if disk_full(exc):
+                raise DiskFull(f"no space left on the disk of {self.path}") from exc
+            raise
 
     def lines(self) -> Iterator[str]:
-        self._file.flush()
         with open(self.path, encoding="utf-8") as f:
             for line in f:
                 yield line.rstrip("\n")
 
     def close(self) -> None:
-        self.checkpoint()
-        self._file.close()
+        """Checkpointed and closed; a spool the disk refused is closed only."""
+        if self._fd < 0:
+            return
+        try:
+            if self._full is None:
+                self.checkpoint()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _cut_partial_line(path: Path) -> None:

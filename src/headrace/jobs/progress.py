@@ -57,8 +57,8 @@ class Progress:
         with self.lock:
             if self.answered[line]:
                 return False
+            spool.append(output)  # first: a line the disk refused stays unanswered
             self.answered[line] = 1
-            spool.append(output)
             self.input_tokens += tokens[0]
             self.output_tokens += tokens[1]
             if failed:

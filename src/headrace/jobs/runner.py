@@ -34,7 +34,8 @@ from pathlib import Path
 
 from headrace.config.settings import Settings
 from headrace.health.endpoint import mark_ready
-from headrace.jobs.files import Spool, read_lines
+from headrace.jobs.bulk_metrics import DISK_FULL_STOPS
+from headrace.jobs.files import DiskFull, Spool, disk_full, read_lines
 from headrace.jobs.finish import end_job
 from headrace.jobs.formats import (
     Invalid,
@@ -104,11 +105,13 @@ class JobRunner:
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> Job:
         """Carry the job out to its end; ``LeaseHeld`` if another runner holds it,
-        ``LeaseLost`` (the job left as it is, to its new holder) if this one lost it."""
+        ``LeaseLost`` (the job left as it is, to its new holder) if this one lost it. Halted,
+        or stopped by a full disk, it returns the job as it stands, checkpointed."""
         job = self.store.get(self.job_id)
         if job.state in FINAL:
             return job
         self.lease.take(force=self.options.take_over)
+        waiting_for_room = False
         try:
             return self._run(job)
         except LeaseLost:
@@ -117,9 +120,24 @@ class JobRunner:
         except Halted:
             log.info("job %s: halted at a checkpoint; any runner carries it on", self.job_id)
             return self.store.get(self.job_id)
+        except DiskFull as exc:
+            waiting_for_room = self._stop_for_room(exc)
+            return self.store.get(self.job_id)
         finally:
-            with contextlib.suppress(Exception):  # the lease runs out by itself anyway
-                self.lease.release()
+            if not waiting_for_room:
+                with contextlib.suppress(Exception):  # the lease runs out by itself anyway
+                    self.lease.release()
+
+    def _stop_for_room(self, exc: DiskFull) -> bool:
+        """The job's disk is full: say so in the job's errors and hold its lease for
+        ``job_disk_full_retry_s``; then any pool carries it on from its last checkpoint (what
+        was answered since is read again from the reply topic). False if the lease is gone."""
+        retry_s = self.settings.job_disk_full_retry_s
+        DISK_FULL_STOPS.inc()
+        note = f"{exc}: stopped at its last checkpoint, carried on after {retry_s:g} s"
+        log.warning("job %s: %s", self.job_id, note)
+        self.store.add_error(self.job_id, "disk_full", note)
+        return self.store.renew(self.job_id, self.lease.owner, retry_s)
 
     def _run(self, job: Job) -> Job:
         try:
@@ -132,9 +150,11 @@ class JobRunner:
                 job = self._process(job)
             if job.state in (JobStatus.finalizing, JobStatus.cancelling):
                 job = self._finalize(job)
-        except (LeaseLost, Halted):
-            raise  # the job is another runner's to end (and notify)
+        except (LeaseLost, Halted, DiskFull):
+            raise  # the job is another runner's to end (and notify), or waits for room
         except Exception as exc:
+            if disk_full(exc):  # the index, or a delivery to a local file
+                raise DiskFull(f"no space left on device: {exc}") from exc
             log.exception("job %s failed", self.job_id)
             current = self.store.get(self.job_id)
             if current.state not in FINAL:

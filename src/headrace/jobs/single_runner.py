@@ -101,9 +101,16 @@ class SingleJobs:
         ended = 0
         polled = self.reader.poll(timeout_ms)
         for partition, records in polled.items():
-            for record in records:
-                ended += self._collect(record.value)
-            self.reader.commit({partition: records[-1].offset + 1})
+            done = records[0].offset
+            try:
+                for record in records:
+                    ended += self._collect(record.value)
+                    done = record.offset + 1
+            finally:
+                if done > records[0].offset:
+                    self.reader.commit({partition: done})
+                if done <= records[-1].offset:  # one failed (a full disk): read it again
+                    self.reader.seek(partition, done)
         return ended
 
     def _collect(self, value: bytes | None) -> int:

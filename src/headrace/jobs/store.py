@@ -173,6 +173,15 @@ class JobStore:
                 job.errors = [*job.errors, entry]
         return job
 
+    def add_error(self, job_id: str, code: str, message: str) -> None:
+        """Append to a job's errors without moving it (a run stopped for a while)."""
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None:
+                raise JobNotFound(job_id)
+            entry = {"code": code, "message": message, "param": None, "line": None}
+            job.errors = [*job.errors, entry]
+
     def set_fields(self, job_id: str, **fields: Any) -> None:
         with Session(self.engine) as s, s.begin():
             s.execute(update(Job).where(Job.id == job_id).values(**fields))
