@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import pytest
 
@@ -36,16 +37,22 @@ def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
 
 
 def test_s3_stopped_for_10_s_mid_run(stack: LocalStack, durable_broker: LocalStack) -> None:
-    def outage(_: Pipeline) -> float:
+    def stop(_: Pipeline) -> None:
         stack.stop_service("s3")
+        print(f"S3 stopped at {datetime.now():%H:%M:%S.%f}")
+
+    def start_again(_: Pipeline) -> float:
+        """S3 back (SeaweedFS takes 15-20 s to serve again): when it answers again."""
         time.sleep(10)
         stack.up(only=("s3",))
+        print(f"S3 back at {datetime.now():%H:%M:%S.%f}")
         return time.monotonic()
 
     outcome = run_with_fault(
         "stop S3 for 10 s (broker's store)",
         unique_prefix("s3-outage"),
-        outage,
+        stop,
+        start_again,
         seed=9,
         broker=DURABLE_BROKER,
     )

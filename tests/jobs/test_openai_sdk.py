@@ -16,6 +16,7 @@ from openai.types import Batch
 
 from headrace.models.tokenizer import count_tokens, tokenizer_for
 from headrace.ops.processes import Pipeline
+from tests.disk import fill, small_disk
 from tests.jobs.gateway_proc import running_gateway
 
 pytestmark = pytest.mark.timeout(300)
@@ -313,3 +314,25 @@ def test_a_full_pipeline_client_is_a_429_rate_limit_error(
                 assert time.monotonic() < deadline, "no room came back"
                 time.sleep(0.2)
         assert len(alone.data) == 1
+
+
+def test_an_upload_to_a_full_disk_is_a_507_and_leaves_nothing_behind(
+    shared_prefix: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = tmp_path_factory.mktemp("full-disk")
+    with small_disk(root / "disk", 256 * 1024) as disk:
+        env = {"HEADRACE_TOPIC_PREFIX": shared_prefix, "HEADRACE_STATE_DIR": str(disk / "state")}
+        with (
+            running_gateway(env, root, tenants=("acme",)) as (url, keys),
+            openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0) as sdk,
+        ):
+            filler = fill(disk, leave_bytes=16 * 1024)
+            body = batch_file(["a line of a file too large for the disk left"] * 700)
+            with pytest.raises(openai.APIStatusError) as full:
+                sdk.files.create(file=("in.jsonl", body), purpose="batch")
+            assert full.value.status_code == 507 and full.value.code == "disk_full"
+            assert not list((disk / "state" / "files").glob("upload-*"))  # no partial file
+            assert sdk.files.list().data == []
+            filler.unlink()  # room again: the same upload is taken
+            stored = sdk.files.create(file=("in.jsonl", body), purpose="batch")
+            assert stored.bytes == len(body)

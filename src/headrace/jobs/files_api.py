@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse
 
 from headrace.config.settings import Settings
 from headrace.jobs.api import ApiError, Tenant
-from headrace.jobs.files import is_s3
+from headrace.jobs.files import disk_full, is_s3
 from headrace.jobs.store import File as FileRecord
 from headrace.jobs.store import JobNotFound, JobStore
 
@@ -75,15 +75,22 @@ def files_router(settings: Settings, store: JobStore) -> APIRouter:
         files_dir.mkdir(parents=True, exist_ok=True)
         target = files_dir / f"upload-{uuid.uuid4().hex}.jsonl"
         size = 0
-        with open(target, "wb") as out:  # streamed: a large file is not held in memory
-            while chunk := file.file.read(CHUNK):
-                size += len(chunk)
-                if size > settings.max_file_bytes:
-                    out.close()
-                    target.unlink(missing_ok=True)
-                    message = f"the file is larger than {settings.max_file_bytes} bytes"
-                    raise ApiError(400, message, "file_too_large", param="file")
-                out.write(chunk)
+        try:
+            with open(target, "wb") as out:  # streamed: a large file is not held in memory
+                while chunk := file.file.read(CHUNK):
+                    size += len(chunk)
+                    if size > settings.max_file_bytes:
+                        out.close()
+                        target.unlink(missing_ok=True)
+                        message = f"the file is larger than {settings.max_file_bytes} bytes"
+                        raise ApiError(400, message, "file_too_large", param="file")
+                    out.write(chunk)
+        except OSError as exc:
+            target.unlink(missing_ok=True)
+            if not disk_full(exc):
+                raise
+            message = "no space left on the gateway's disk for the upload; try again later"
+            raise ApiError(507, message, "disk_full", param="file") from exc
         record = store.add_file(tenant, purpose, file.filename or "upload.jsonl", str(target))
         return file_object(record)
 
