@@ -252,7 +252,6 @@ def main(
     gen_settings = Settings(topic_prefix=gen_prefix, model=tiny_lm.NAME, kafka_bootstrap=bootstrap)
     fast = {
         "HEADRACE_WORKER_HEARTBEAT_S": "0.5",
-        "HEADRACE_LEASE_BASE_S": "10",
         "HEADRACE_KAFKA_BOOTSTRAP": bootstrap,
     }
     texts = [t[:300] for t in long_tail_texts(5000, seed=31)]

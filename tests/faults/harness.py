@@ -150,11 +150,11 @@ def count_on_topic(
     replies: Sequence[Reply | None] = (),
     tenant: str = "faults",
     all_answered_s: float = float("nan"),
-    record: bool = True,
+    add_row: bool = True,
 ) -> Outcome:
     """Count the replies the topic really holds for ``ids`` (``replies``: what the client
     received, None where nothing came; ``tenant``: theirs, to look lost ones up);
-    ``record``: add the row to the report now (False: the caller adds more first)."""
+    ``add_row``: add the row to the report now (False: the caller adds more first)."""
     time.sleep(1.0)  # anything late would land now
     counts: collections.Counter[str] = collections.Counter()
     errors: collections.Counter[str] = collections.Counter()
@@ -178,7 +178,7 @@ def count_on_topic(
         lost_claims=claims_of(settings, tenant, lost),
         lost_requests_on_topic=requests_on_topics(settings, set(lost)),
     )
-    if record:
+    if add_row:
         outcome.record()
     return outcome
 
@@ -315,7 +315,7 @@ def run_with_fault(
             run.recovery_s(fault_at),
             replies,
             all_answered_s=run.all_answered_s(fault_at),
-            record=False,
+            add_row=False,
         )
         outcome.resent, outcome.last_reply_at = client.resent, run.last_reply_at()
         if isinstance(ended, float):

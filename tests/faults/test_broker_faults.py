@@ -57,3 +57,5 @@ def test_s3_stopped_for_10_s_mid_run(stack: LocalStack, durable_broker: LocalSta
         broker=DURABLE_BROKER,
     )
     print(f"replies flowing again {outcome.flowing_again_s} s after S3 was back")
+    # the stall is mostly S3's own: SeaweedFS takes 15-20 s to serve again after its start
+    assert outcome.flowing_again_s <= 5.0, outcome
