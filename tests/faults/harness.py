@@ -59,9 +59,11 @@ class Outcome:
     lost_requests_on_topic: int = 0
     resent: int = 0  # requests the client produced again (not answered in client_resend_after_s)
     last_reply_at: float = float("nan")  # time.monotonic() of the last reply
-    # from the fault's end (a recover that returns when it ended, e.g. S3 back) to the first
-    # reply after it: how soon replies flowed again
+    # from the fault's end (a recover that returns when it ended, e.g. S3 back, a restarted
+    # process ready) to the first reply after it: how soon replies flowed again; and the
+    # longest stretch without a reply from then on
     flowing_again_s: float = float("nan")
+    longest_gap_after_s: float = float("nan")
 
     def assert_clean(self) -> None:
         """No duplicates, nothing lost: also where the broker lost acknowledged writes
@@ -320,6 +322,7 @@ def run_with_fault(
         outcome.resent, outcome.last_reply_at = client.resent, run.last_reply_at()
         if isinstance(ended, float):
             outcome.flowing_again_s = round(run.first_reply_after(ended), 2)
+            outcome.longest_gap_after_s = round(run.recovery_s(ended), 2)
         outcome.record()
         if outcome.lost or outcome.duplicates:
             print_log_tails(pipeline)

@@ -49,8 +49,11 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
     """One of two workers killed mid-batch and, 2.5 s later, the dispatcher; both restarted
     at once. The new dispatcher learns from the ledger what was answered meanwhile, takes
     the dead worker's claims, and asks again soon for what the dead dispatcher's batches
-    still hold: every request answered within seconds of it being ready, none needing the
-    client's resend."""
+    still hold: replies flow from the moment it is ready without waiting for a lease, and
+    none needs the client's resend. (Before, the new dispatcher waited ~40 s for the dead
+    one's leases and 319 requests waited for the 60 s resend. When the last reply comes
+    after it is ready depends on the work left and the machine: 1.9 s on a quiet one, 17 s
+    in a CI run where the restarted worker took 12 s to load and 474 requests were left.)"""
     ready: dict[str, float] = {}
 
     def kill_both(p: Pipeline) -> None:
@@ -58,12 +61,13 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
         time.sleep(2.5)
         p.dispatcher.kill()
 
-    def restart_both(p: Pipeline) -> None:
+    def restart_both(p: Pipeline) -> float:
         worker = threading.Thread(target=p.workers[0].start)
         worker.start()
         p.dispatcher.start()
         ready["dispatcher"] = time.monotonic()
         worker.join()
+        return ready["dispatcher"]
 
     outcome = run_with_fault(
         "kill -9 a worker, then the dispatcher",
@@ -75,9 +79,13 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
         HEADRACE_TORCH_THREADS="1",
     )
     after_ready = outcome.last_reply_at - ready["dispatcher"]
-    print(f"last reply {after_ready:.1f} s after the new dispatcher was ready; {outcome}")
+    print(
+        f"last reply {after_ready:.1f} s after the new dispatcher was ready, the longest gap "
+        f"between replies from then {outcome.longest_gap_after_s} s; {outcome}"
+    )
     assert outcome.resent == 0  # nothing waited for the client's resend
-    assert after_ready <= 10.0, after_ready
+    # nothing waited for a lease (10 s here) or a resend: replies never paused for long
+    assert outcome.longest_gap_after_s <= 5.0, outcome
 
 
 PARTITIONS = 4

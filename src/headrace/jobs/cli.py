@@ -99,7 +99,7 @@ def _run(
         options = RunOptions(truncate=truncate, take_over=take_over)
         runner = JobRunner(store, job_id, settings, options, on_progress=show, owner=owner)
         try:
-            job = runner.run()
+            job = runner.run_to_end()
         except LeaseHeld as exc:
             console.print(f"[yellow]{exc}[/yellow]: {TAKE_OVER_HINT}")
             raise typer.Exit(1) from exc
@@ -179,7 +179,7 @@ def run(
         lane="online" if lane == "online" else "bulk",
         take_over=take_over,
     )
-    JobRunner(_store(settings, "kafka"), job_id, settings, options, owner=owner).run()
+    JobRunner(_store(settings, "kafka"), job_id, settings, options, owner=owner).run_to_end()
 
 
 @batch.command("runner")

@@ -101,6 +101,7 @@ class JobRunner:
         self.topic = reply_topic(self.settings.topic_prefix, job_id)
         lease_s = self.options.lease_s or self.settings.job_lease_s
         self.lease = Lease(store, job_id, owner or runner_id(), lease_s)
+        self.stopped_for_room = False  # the last run stopped for a full disk
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> Job:
@@ -111,7 +112,7 @@ class JobRunner:
         if job.state in FINAL:
             return job
         self.lease.take(force=self.options.take_over)
-        waiting_for_room = False
+        self.stopped_for_room = waiting_for_room = False
         try:
             return self._run(job)
         except LeaseLost:
@@ -121,12 +122,22 @@ class JobRunner:
             log.info("job %s: halted at a checkpoint; any runner carries it on", self.job_id)
             return self.store.get(self.job_id)
         except DiskFull as exc:
+            self.stopped_for_room = True
             waiting_for_room = self._stop_for_room(exc)
             return self.store.get(self.job_id)
         finally:
             if not waiting_for_room:
                 with contextlib.suppress(Exception):  # the lease runs out by itself anyway
                     self.lease.release()
+
+    def run_to_end(self) -> Job:
+        """``run``, and again after every stop for a full disk (a runner on its own, as
+        ``batch create --wait`` and ``batch run`` start; a pool tries again by itself)."""
+        while True:
+            job = self.run()
+            if not self.stopped_for_room or self.halt.is_set():
+                return job
+            self.halt.wait(self.settings.job_disk_full_retry_s)
 
     def _stop_for_room(self, exc: DiskFull) -> bool:
         """The job's disk is full: say so in the job's errors and hold its lease for
