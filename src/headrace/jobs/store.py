@@ -169,8 +169,7 @@ class JobStore:
             job.status = target.value
             setattr(job, f"{target.value}_at", datetime.now(UTC))
             if error is not None:
-                entry = {"code": target.value, "message": error, "param": None, "line": None}
-                job.errors = [*job.errors, entry]
+                job.errors = [*job.errors, _error_entry(target.value, error)]
         return job
 
     def add_error(self, job_id: str, code: str, message: str) -> None:
@@ -179,8 +178,7 @@ class JobStore:
             job = s.get(Job, job_id, with_for_update=True)
             if job is None:
                 raise JobNotFound(job_id)
-            entry = {"code": code, "message": message, "param": None, "line": None}
-            job.errors = [*job.errors, entry]
+            job.errors = [*job.errors, _error_entry(code, message)]
 
     def set_fields(self, job_id: str, **fields: Any) -> None:
         with Session(self.engine) as s, s.begin():
@@ -351,6 +349,11 @@ def _past(model: type[Owned], cursor: Owned, newest_first: bool) -> ColumnElemen
     return (model.created_at > cursor.created_at) | (
         (model.created_at == cursor.created_at) & (model.id > cursor.id)
     )
+
+
+def _error_entry(code: str, message: str) -> dict[str, Any]:
+    """One entry of a job's errors, in OpenAI's batch error shape."""
+    return {"code": code, "message": message, "param": None, "line": None}
 
 
 def key_hash(key: str) -> str:
