@@ -82,11 +82,14 @@ def test_a_resumed_partition_is_read_on_from_its_position(stack: LocalStack) -> 
 
 def send_to_a_known_then_a_new_topic(track: bool) -> tuple[bool, bool]:
     """A producer whose first metadata knows one topic sends to it, then to a topic created
-    after it started: is each record acknowledged within 5 s?"""
+    after it started: is each record acknowledged within 5 s? The long linger holds the first
+    record until the flush, after the second send's metadata refresh: without it the sender
+    may send the first record before the refresh lands (on a slow broker it did), and the
+    bug does not show."""
     settings = Settings(topic_prefix=f"t-track-{uuid.uuid4().hex[:8]}")
     known, new = f"{settings.topic_prefix}.known", f"{settings.topic_prefix}.new"
     kafka_clients.ensure_topics(settings, [known], partitions=1)
-    producer = kafka_clients.producer(settings)
+    producer = kafka_clients.producer(settings, linger_ms=3_000)
     try:
         time.sleep(1.0)  # its first metadata (of every topic) has come
         assert producer._metadata.partitions_for_topic(known) == {0}
