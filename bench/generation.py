@@ -14,7 +14,11 @@ short requests' latency p50/p99, the long ones' p50, and the ratios.
 The same stream also goes straight into the backend in one process (no broker, no Celery,
 no other process on the cores), at ``--engine-rate``: what the batching itself gives.
 
-    python -m bench.generation [--requests 1200] [--rate 100] [--engine-rate 400] [--slots 16]
+Both modes run the worker with ``--torch-threads`` (1: the README's advice for CPU hosts; on
+this 2-core machine, shared with the broker, dispatcher and client, a second intra-op thread
+made static 18% slower and continuous slower still: a step waits for its slowest thread).
+
+    python -m bench.generation [--requests 1200] [--rate 200] [--engine-rate 400] [--slots 64]
 """
 
 from __future__ import annotations
@@ -77,13 +81,19 @@ def workload(count: int, seed: int) -> list[tuple[str, int]]:
 
 
 def measure(
-    mode: str, slots: int, requests: list[tuple[str, int]], rate: float, services: dict[str, int]
+    mode: str,
+    slots: int,
+    requests: list[tuple[str, int]],
+    rate: float,
+    services: dict[str, int],
+    torch_threads: int = 1,
 ) -> Run:
     prefix = f"bench-gen-{mode}-{uuid.uuid4().hex[:6]}"
     env = {
         "HEADRACE_TOPIC_PREFIX": prefix,
         "HEADRACE_MODEL": tiny_lm.NAME,
         "HEADRACE_GENERATION_SLOTS": str(slots),
+        "HEADRACE_TORCH_THREADS": str(torch_threads),
     }
     settings = Settings(topic_prefix=prefix, model=tiny_lm.NAME)
     with (
@@ -234,11 +244,12 @@ def report(title: str, runs: list[Run]) -> None:
 
 def main(
     requests: int = 1200,
-    rate: float = 100.0,
+    rate: float = 200.0,
     engine_rate: float = 400.0,
-    slots: int = 16,
+    slots: int = 64,
     rows: int = 256,
     seed: int = 19,
+    torch_threads: int = 1,
 ) -> None:
     settings = Settings()
     stack = LocalStack(settings)
@@ -249,8 +260,8 @@ def main(
     services = {s.name: s.pid for s in stack.status()}
     try:
         pipeline = [
-            measure("static", 1, work, rate, services),
-            measure("continuous", slots, work, rate, services),
+            measure("static", 1, work, rate, services, torch_threads),
+            measure("continuous", slots, work, rate, services, torch_threads),
         ]
     finally:
         if started:

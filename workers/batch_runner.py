@@ -39,7 +39,14 @@ from headrace.sessions.prompt import exchange, render_prompt
 from headrace.sessions.store import SessionStore
 from headrace.transport.base import Delivered
 from headrace.workers.admission import admission_error
-from headrace.workers.backends.base import Backend, EncodedItem, GenerativeBackend, ModelBackend
+from headrace.workers.backends.base import (
+    Backend,
+    EncodedItem,
+    Generated,
+    GenerativeBackend,
+    ModelBackend,
+    OnFinished,
+)
 from headrace.workers.claims import lost_replies, ref_key, take_from_dead
 from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
 
@@ -110,55 +117,112 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         else:
             fresh.append(item)
 
-    started = ctx.clock()
-    replies.extend(answer(batch, fresh, ctx))
-    compute_ms = (ctx.clock() - started) * 1000
-    answering = [(i.request.tenant, i.request.request_id) for i, _ in replies]
-    cancelled = ctx.ledger.begin_send(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
-    # a request cancelled while it was computed finishes, but its requester sees cancelled
-    replies = [
-        (item, _failure(item, CANCELLED) if late else reply)
-        for (item, reply), late in zip(replies, cancelled, strict=True)
-    ]
-    replies = stamped(replies, ctx.model_version)
-    _record_sessions(replies, ctx)
-    if ctx.before_delivery is not None:
-        try:
-            ctx.before_delivery(replies)
-        except Exception:  # the cache never fails a batch
-            log.exception("batch %s: before-delivery hook failed", batch.batch_id)
-    for item, reply in replies:
-        ctx.sink.send(item.request.reply_to, reply, headers_of(item.traceparent))
-    landed = {d.key: d for d in ctx.sink.flush() if d.key is not None}  # the last per key
-    where = {
-        (item.request.tenant, item.request.request_id): ReplyAt(d.topic, d.partition, d.offset)
-        for item, _ in replies
-        if (d := landed.get(item.request.request_id.encode())) is not None
-    }
-    if ctx.after_delivery is not None:
-        ctx.after_delivery(batch.bucket, replies)
-    compared = [(i, r) for i, r in replies if i.compare_with is not None]
-    if compared and ctx.shadowed is not None:
-        try:
-            ctx.shadowed(compared)
-        except Exception:  # a comparison is a sample: never a reason to fail a batch
-            log.warning("batch %s: shadow comparison not recorded", batch.batch_id, exc_info=True)
-    ctx.stats["batches"] += 1
-    ctx.stats["replies"] += len(replies)
-    failed = sum(
-        1 for _, r in replies if r.error is not None and r.error.code is ErrorCode.model_error
-    )
-    completion = Completion(
-        batch_id=batch.batch_id,
-        done=already + [i.ref for i, _ in replies],
-        deferred=deferred,
-        failed=failed,
-        computed=sum(1 for _, r in replies if r.cost is not None),
-        padded_tokens=sum(r.cost.padded_tokens for _, r in replies if r.cost is not None),
-        compute_ms=compute_ms,
-    )
-    ctx.ledger.finish_batch(answering, batch.dispatcher_id, completion, where)
-    return completion
+    delivery = _Delivery(batch, ctx, mark=ctx.clock())
+    replies.extend(answer(batch, fresh, ctx, early=delivery.send))
+    return delivery.end(replies, already, deferred)
+
+
+Early = Callable[[list[tuple[BatchItem, Reply]]], None]  # replies ready before the batch ends
+
+
+@dataclass
+class _Delivery:
+    """A batch's replies going out: in parts while other rows still compute (a generation
+    backend that batches continuously hands rows over as they finish), the rest at the end.
+    Each part is sent, marked answered where it landed, and reported to the dispatcher (a
+    ``Completion`` of its own) before the batch goes on: a later attempt of the batch finds
+    those requests answered, and the dispatcher can move their offsets on."""
+
+    batch: Batch
+    ctx: BatchContext
+    mark: float  # where the next part's compute time starts
+    parts: list[Completion] = field(default_factory=list)
+
+    def send(self, replies: list[tuple[BatchItem, Reply]]) -> None:
+        if replies:
+            self._part(replies, [], [], last=False)
+
+    def end(
+        self,
+        replies: list[tuple[BatchItem, Reply]],
+        already: list[RecordRef],
+        deferred: list[RecordRef],
+    ) -> Completion:
+        """The last part (what is left, possibly nothing); returns the whole batch's
+        completion."""
+        self._part(replies, already, deferred, last=True)
+        self.ctx.stats["batches"] += 1
+        parts = self.parts
+        return Completion(
+            batch_id=self.batch.batch_id,
+            done=[ref for part in parts for ref in part.done],
+            deferred=deferred,
+            failed=sum(part.failed for part in parts),
+            computed=sum(part.computed for part in parts),
+            padded_tokens=sum(part.padded_tokens for part in parts),
+            compute_ms=sum(part.compute_ms for part in parts),
+        )
+
+    def _part(
+        self,
+        replies: list[tuple[BatchItem, Reply]],
+        already: list[RecordRef],
+        deferred: list[RecordRef],
+        *,
+        last: bool,
+    ) -> None:
+        batch, ctx = self.batch, self.ctx
+        computed_at = ctx.clock()
+        answering = [(i.request.tenant, i.request.request_id) for i, _ in replies]
+        cancelled = ctx.ledger.begin_send(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
+        # a request cancelled while it was computed finishes, but its requester sees cancelled
+        replies = [
+            (item, _failure(item, CANCELLED) if late else reply)
+            for (item, reply), late in zip(replies, cancelled, strict=True)
+        ]
+        replies = stamped(replies, ctx.model_version)
+        _record_sessions(replies, ctx)
+        if ctx.before_delivery is not None:
+            try:
+                ctx.before_delivery(replies)
+            except Exception:  # the cache never fails a batch
+                log.exception("batch %s: before-delivery hook failed", batch.batch_id)
+        for item, reply in replies:
+            ctx.sink.send(item.request.reply_to, reply, headers_of(item.traceparent))
+        landed = {d.key: d for d in ctx.sink.flush() if d.key is not None}  # the last per key
+        where = {
+            (item.request.tenant, item.request.request_id): ReplyAt(d.topic, d.partition, d.offset)
+            for item, _ in replies
+            if (d := landed.get(item.request.request_id.encode())) is not None
+        }
+        if ctx.after_delivery is not None:
+            ctx.after_delivery(batch.bucket, replies)
+        compared = [(i, r) for i, r in replies if i.compare_with is not None]
+        if compared and ctx.shadowed is not None:
+            try:
+                ctx.shadowed(compared)
+            except Exception:  # a comparison is a sample: never a reason to fail a batch
+                log.warning(
+                    "batch %s: shadow comparison not recorded", batch.batch_id, exc_info=True
+                )
+        ctx.stats["replies"] += len(replies)
+        completion = Completion(
+            batch_id=batch.batch_id,
+            done=already + [i.ref for i, _ in replies],
+            deferred=deferred,
+            failed=sum(
+                1
+                for _, r in replies
+                if r.error is not None and r.error.code is ErrorCode.model_error
+            ),
+            computed=sum(1 for _, r in replies if r.cost is not None),
+            padded_tokens=sum(r.cost.padded_tokens for _, r in replies if r.cost is not None),
+            compute_ms=(computed_at - self.mark) * 1000,
+        )
+        self.mark = computed_at
+        notify = ctx.ledger.finish_batch if last else ctx.ledger.finish_rows
+        notify(answering, batch.dispatcher_id, completion, where)
+        self.parts.append(completion)
 
 
 CANCELLED = ErrorInfo(code=ErrorCode.cancelled, message="cancelled")
@@ -196,9 +260,10 @@ def _record_sessions(replies: list[tuple[BatchItem, Reply]], ctx: BatchContext) 
 
 
 def answer(
-    batch: Batch, items: list[BatchItem], ctx: BatchContext
+    batch: Batch, items: list[BatchItem], ctx: BatchContext, early: Early | None = None
 ) -> list[tuple[BatchItem, Reply]]:
-    """Admit, encode and compute ``items``: one reply each (a result or its error)."""
+    """Admit, encode and compute ``items``: one reply each (a result or its error), either
+    returned or, for rows that finished while others still compute, handed to ``early``."""
     backend = ctx.backend
     now = datetime.fromtimestamp(ctx.clock(), UTC)
     replies: list[tuple[BatchItem, Reply]] = []
@@ -222,7 +287,7 @@ def answer(
             replies.append((item, _failure(item, too_long)))
         else:
             runnable.append((item, enc))
-    replies.extend(_compute(batch, runnable, ctx, started))
+    replies.extend(_compute(batch, runnable, ctx, started, early))
     return replies
 
 
@@ -231,26 +296,66 @@ def _compute(
     runnable: list[tuple[BatchItem, EncodedItem]],
     ctx: BatchContext,
     started: float,
+    early: Early | None = None,
 ) -> list[tuple[BatchItem, Reply]]:
-    """Run the model on ``runnable``; if it fails, bisect so only the failing items fail."""
+    """Run the model on ``runnable``; if it fails, bisect so only the failing items fail.
+    Rows a generation backend finishes early go to ``early`` (a failure of that delivery is
+    the batch's, not the model's: it is raised once the model returns)."""
     if not runnable:
         return []
+    handed: set[int] = set()  # rows of runnable already given to ``early``
+    undelivered: list[BaseException] = []
+
+    def finished(rows: list[tuple[int, Generated]]) -> None:
+        if early is None or undelivered:
+            return
+        now = ctx.clock()
+        group = []
+        for row, out in rows:
+            item, enc = runnable[row]
+            tokens = len(enc.ids) + out.completion_tokens
+            info = BatchInfo(
+                batch_id=batch.batch_id,
+                bucket=batch.bucket,
+                size=len(runnable),
+                real_tokens=tokens,
+                padded_tokens=tokens,  # it left the decode loop as it finished
+            )
+            compute_ms = (now - started) * 1000
+            result = _generation_result(enc, out)
+            reply = _reply(item, result, started, compute_ms, info, tokens, len(runnable))
+            group.append((item, reply))
+        try:
+            early(group)
+        except Exception as exc:
+            undelivered.append(exc)
+            return
+        handed.update(row for row, _ in rows)
+
     try:
         if ctx.backend.task == "generate":
-            results, real, padded = _generate(cast(GenerativeBackend, ctx.backend), runnable, ctx)
+            backend = cast(GenerativeBackend, ctx.backend)
+            results, real, padded = _generate(backend, runnable, ctx, finished)
         else:
             results, real, padded = _embed(cast(Backend, ctx.backend), runnable)
     except Exception as exc:
+        if undelivered:
+            raise undelivered[0] from exc
         if isinstance(exc, torch.OutOfMemoryError) and torch.cuda.is_available():
             torch.cuda.empty_cache()  # then split: each half needs about half the memory
-        if len(runnable) == 1:
+        left = [r for k, r in enumerate(runnable) if k not in handed]
+        if not left:
+            return []
+        if len(left) == 1:
             log.exception("batch %s: item failed", batch.batch_id)
             info = ErrorInfo(code=ErrorCode.model_error, message=f"{type(exc).__name__}: {exc}")
-            return [(runnable[0][0], _failure(runnable[0][0], info))]
-        half = len(runnable) // 2
-        return _compute(batch, runnable[:half], ctx, ctx.clock()) + _compute(
-            batch, runnable[half:], ctx, ctx.clock()
+            return [(left[0][0], _failure(left[0][0], info))]
+        half = len(left) // 2
+        return _compute(batch, left[:half], ctx, ctx.clock(), early) + _compute(
+            batch, left[half:], ctx, ctx.clock(), early
         )
+    if undelivered:
+        raise undelivered[0]
     compute_ms = (ctx.clock() - started) * 1000
     batch_info = BatchInfo(
         batch_id=batch.batch_id,
@@ -259,35 +364,44 @@ def _compute(
         real_tokens=real,
         padded_tokens=padded,
     )
-    out = []
     row_padded = padded // len(runnable)  # every row is padded to the batch's longest
-    for (item, _), result in zip(runnable, results, strict=True):
-        request = item.request
-        tokens = (
-            result.token_count
-            if isinstance(result, EmbeddingResult)
-            else result.usage.prompt_tokens + result.usage.completion_tokens
-        )
-        reply = Reply(
-            request_id=request.request_id,
-            tenant=request.tenant,
-            model=request.model,
-            result=result,
-            timings=Timings(
-                queued_ms=max(0.0, (item.arrived_at - request.created_at.timestamp()) * 1000),
-                batch_wait_ms=max(0.0, (started - item.arrived_at) * 1000),
-                compute_ms=compute_ms,
-            ),
-            batch=batch_info,
-            degraded=item.degraded,
-            cost=Cost(
-                tokens=tokens,
-                padded_tokens=row_padded,
-                device_ms=compute_ms * row_padded / padded if padded else 0.0,
-            ),
-        )
-        out.append((item, reply))
-    return out
+    return [
+        (item, _reply(item, result, started, compute_ms, batch_info, row_padded, len(runnable)))
+        for k, ((item, _), result) in enumerate(zip(runnable, results, strict=True))
+        if k not in handed
+    ]
+
+
+def _reply(
+    item: BatchItem,
+    result: EmbeddingResult | GenerationResult,
+    started: float,
+    compute_ms: float,
+    batch_info: BatchInfo,
+    padded_tokens: int,
+    rows: int,
+) -> Reply:
+    """A computed row's reply; its device time is its share of the batch's compute."""
+    request = item.request
+    tokens = (
+        result.token_count
+        if isinstance(result, EmbeddingResult)
+        else result.usage.prompt_tokens + result.usage.completion_tokens
+    )
+    return Reply(
+        request_id=request.request_id,
+        tenant=request.tenant,
+        model=request.model,
+        result=result,
+        timings=Timings(
+            queued_ms=max(0.0, (item.arrived_at - request.created_at.timestamp()) * 1000),
+            batch_wait_ms=max(0.0, (started - item.arrived_at) * 1000),
+            compute_ms=compute_ms,
+        ),
+        batch=batch_info,
+        degraded=item.degraded,
+        cost=Cost(tokens=tokens, padded_tokens=padded_tokens, device_ms=compute_ms / rows),
+    )
 
 
 Computed = tuple[list[EmbeddingResult | GenerationResult], int, int]
@@ -304,7 +418,10 @@ def _embed(backend: Backend, runnable: list[tuple[BatchItem, EncodedItem]]) -> C
 
 
 def _generate(
-    backend: GenerativeBackend, runnable: list[tuple[BatchItem, EncodedItem]], ctx: BatchContext
+    backend: GenerativeBackend,
+    runnable: list[tuple[BatchItem, EncodedItem]],
+    ctx: BatchContext,
+    on_finished: OnFinished,
 ) -> Computed:
     """Rows that asked to stream get their text as StreamDelta records as it is decoded
     (numbered from 0; a rerun of the batch sends the same ones again). Sampling without a
@@ -331,20 +448,23 @@ def _generate(
     def cancelled() -> set[int]:  # cancel stops a running generation early
         return {row for row, c in enumerate(ctx.ledger.cancelled(keys)) if c}
 
-    outputs = backend.generate([enc for _, enc in runnable], params, on_delta, cancelled)
+    encoded = [enc for _, enc in runnable]
+    streaming = on_delta if any(p.stream for p in params) else None  # else no text per token
+    outputs = backend.generate(encoded, params, streaming, cancelled, on_finished)
     results: list[EmbeddingResult | GenerationResult] = [
-        GenerationResult(
-            text=o.text,
-            finish_reason=o.finish_reason,
-            usage=Usage(prompt_tokens=o.prompt_tokens, completion_tokens=o.completion_tokens),
-            truncated=enc.truncated,
-        )
-        for (_, enc), o in zip(runnable, outputs, strict=True)
+        _generation_result(enc, o) for enc, o in zip(encoded, outputs, strict=True)
     ]
-    lengths = [
-        len(enc.ids) + o.completion_tokens for (_, enc), o in zip(runnable, outputs, strict=True)
-    ]
+    lengths = [len(enc.ids) + o.completion_tokens for enc, o in zip(encoded, outputs, strict=True)]
     return results, sum(lengths), max(lengths) * len(runnable)
+
+
+def _generation_result(enc: EncodedItem, out: Generated) -> GenerationResult:
+    return GenerationResult(
+        text=out.text,
+        finish_reason=out.finish_reason,
+        usage=Usage(prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens),
+        truncated=enc.truncated,
+    )
 
 
 def sampling_params(request: Request) -> GenerateParams:

@@ -23,6 +23,7 @@ from headrace.workers.backends.base import (
     GenerativeBackend,
     LoadTimings,
     ModelBackend,
+    OnFinished,
     Sampling,
     Shape,
 )
@@ -102,9 +103,11 @@ class FaultyBackend:
         params: Sequence[Sampling],
         on_delta: Callable[[int, str], None] | None = None,
         cancelled: Callable[[], set[int]] | None = None,
+        on_finished: OnFinished | None = None,
     ) -> list[Generated]:
         self._inject(items)
-        return cast(GenerativeBackend, self.inner).generate(items, params, on_delta, cancelled)
+        inner = cast(GenerativeBackend, self.inner)
+        return inner.generate(items, params, on_delta, cancelled, on_finished)
 
     def _inject(self, items: list[EncodedItem]) -> None:
         if any(id(i) in self._crashing for i in items):

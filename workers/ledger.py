@@ -197,12 +197,35 @@ class Ledger:
     ) -> None:
         """Mark ``ids`` answered (``where``: their replies landed), tell the dispatcher, and
         drop the batch from the running hash, in one round trip."""
+        self._notify(ids, dispatcher_id, completion, where, last=True)
+
+    def finish_rows(
+        self,
+        ids: list[tuple[str, str]],
+        dispatcher_id: str,
+        completion: Completion,
+        where: Mapping[tuple[str, str], ReplyAt] | None = None,
+    ) -> None:
+        """``finish_batch`` for some of a batch's requests, answered while the batch goes on
+        (it stays in the running hash)."""
+        self._notify(ids, dispatcher_id, completion, where, last=False)
+
+    def _notify(
+        self,
+        ids: list[tuple[str, str]],
+        dispatcher_id: str,
+        completion: Completion,
+        where: Mapping[tuple[str, str], ReplyAt] | None,
+        *,
+        last: bool,
+    ) -> None:
         pipe = self.redis.pipeline(transaction=False)
         self._mark(pipe, ids, where or {})
         key = self.keys.completions(dispatcher_id)
         pipe.rpush(key, completion.model_dump_json())
         pipe.expire(key, 24 * 3600)
-        pipe.hdel(self.keys.running, completion.batch_id)
+        if last:
+            pipe.hdel(self.keys.running, completion.batch_id)
         pipe.execute()
 
     def holders(self, ids: list[tuple[str, str]]) -> list[str | None]:

@@ -1,12 +1,14 @@
 """Generation batches on a worker with the TEST MODEL (headrace-test-lm), the real ledger
 (Redis) and broker: cancel stops a running generation early, and a batch redelivered after
 a crash before its final reply streams the same pieces again, so the reassembled stream is
-complete and in order, each piece once."""
+complete and in order, each piece once; with continuous batching a row is answered as it
+finishes, while its batch-mates still decode."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -14,6 +16,7 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.consumers.streams import DeltaAssembler
 from headrace.models import tiny_lm
+from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import (
@@ -25,8 +28,11 @@ from headrace.schemas.messages import (
     parse_reply_record,
 )
 from headrace.transport import open_transport
+from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
+from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import Ledger
 from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
@@ -135,3 +141,137 @@ def test_a_redelivered_batch_streams_the_same_pieces(
     text = "".join(piece for d in deltas for piece in assembler.add(d))
     assert assembler.duplicates == half
     assert text == final.result.text and assembler.finish(final) == ""
+
+
+class Watching(TopicReplySink):
+    """Notes how many decode steps had run when each final reply was sent."""
+
+    def __init__(self, settings: Settings, decoder: ContinuousDecoder) -> None:
+        super().__init__(open_transport(settings), settings)
+        self.decoder = decoder
+        self.steps_at: dict[str, int] = {}
+
+    def send(self, topic: str, reply: Reply | StreamDelta, headers: object = ()) -> None:
+        super().send(topic, reply)
+        if isinstance(reply, Reply):
+            self.steps_at[reply.request_id] = self.decoder.steps
+
+
+def test_a_row_that_finishes_first_is_answered_while_its_batch_mate_decodes(
+    stack: LocalStack,
+) -> None:
+    spec = model_spec(tiny_lm.NAME)
+    continuous = GenerationBackend(
+        spec.name, spec.path, spec.max_tokens, device="cpu", continuous_rows=16
+    )
+    continuous.load_weights()
+    continuous.build()
+    prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
+    settings = Settings(topic_prefix=prefix)
+    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    batch = make_batch(
+        prefix,
+        ["The headrace", "A sluice at the head"],
+        tiny_lm.NAME,
+        task="generate",
+        params=GenerateParams(max_tokens=2),
+    )
+    short, long = batch.items
+    streamed = GenerateParams(max_tokens=300, stream=True)
+    long = long.model_copy(update={"request": long.request.model_copy(update={"params": streamed})})
+    batch = batch.model_copy(update={"items": [short, long]})
+    assert continuous.decoder is not None
+    sink = Watching(settings, continuous.decoder)
+    try:
+        done = run_batch(batch, BatchContext(backend=continuous, ledger=ledger, sink=sink))
+    finally:
+        continuous.close()
+
+    # the short row's reply went out while its batch-mate still decoded
+    steps_at = sink.steps_at
+    assert steps_at[short.request.request_id] < steps_at[long.request.request_id]
+    # the dispatcher heard of it in a notice of its own, before the batch ended
+    first, *rest = ledger.take_completions("d")
+    assert first.done == [short.ref]
+    assert [ref for c in rest for ref in c.done] == [long.ref]
+    assert done.done == [short.ref, long.ref] and done.computed == 2
+    finals = {r.request_id: r for r in records(settings, batch) if isinstance(r, Reply)}
+    assert finals.keys() == {short.request.request_id, long.request.request_id}
+    short_reply, long_reply = finals[short.request.request_id], finals[long.request.request_id]
+    assert isinstance(short_reply.result, GenerationResult)
+    assert short_reply.result.usage.completion_tokens <= 2
+    assert isinstance(long_reply.result, GenerationResult)
+    assert long_reply.result.usage.completion_tokens > 100
+    assert short_reply.timings is not None and long_reply.timings is not None
+    assert short_reply.timings.compute_ms < long_reply.timings.compute_ms
+
+    # a second attempt of the batch (a redelivery) finds both answered: no reply twice
+    again = batch.model_copy(update={"batch_id": uuid.uuid4().hex, "attempt": 2})
+    redone = run_batch(again, BatchContext(backend=load_test_lm(), ledger=ledger, sink=sink))
+    assert redone.computed == 0 and len(redone.done) == 2
+    assert len([r for r in records(settings, batch) if isinstance(r, Reply)]) == 2
+
+
+class FailsAfterFirstRow(FaultyBackend):
+    """Its first call hands row 0 over as finished, then fails for the rest, as a decode
+    step that fails for every row still running does; later calls succeed."""
+
+    def __init__(self, inner: GenerationBackend) -> None:
+        super().__init__(inner)
+        self.sizes: list[int] = []
+
+    def generate(
+        self,
+        items: list[EncodedItem],
+        params: Sequence[Sampling],
+        on_delta: Callable[[int, str], None] | None = None,
+        cancelled: Callable[[], set[int]] | None = None,
+        on_finished: OnFinished | None = None,
+    ) -> list[Generated]:
+        self.sizes.append(len(items))
+        first = len(self.sizes) == 1
+
+        def only_row_0(rows: list[tuple[int, Generated]]) -> None:
+            if on_finished is not None and (mine := [(i, g) for i, g in rows if i == 0]):
+                on_finished(mine)
+
+        out = super().generate(
+            items, params, on_delta, cancelled, only_row_0 if first else on_finished
+        )
+        if first:
+            raise RuntimeError("the decode step failed")
+        return out
+
+
+def test_rows_answered_early_are_not_computed_again_when_the_rest_fail(
+    stack: LocalStack,
+) -> None:
+    spec = model_spec(tiny_lm.NAME)
+    inner = GenerationBackend(
+        spec.name, spec.path, spec.max_tokens, device="cpu", continuous_rows=8
+    )
+    inner.load_weights()
+    inner.build()
+    prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
+    settings = Settings(topic_prefix=prefix)
+    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    batch = make_batch(
+        prefix,
+        ["The headrace", "A sluice", "Water leaves the river"],
+        tiny_lm.NAME,
+        task="generate",
+        params=GenerateParams(max_tokens=4),
+    )
+    model = FailsAfterFirstRow(inner)
+    sink = TopicReplySink(open_transport(settings), settings)
+    try:
+        done = run_batch(batch, BatchContext(backend=model, ledger=ledger, sink=sink))
+    finally:
+        inner.close()
+
+    # row 0 went out early; the other two were bisected and computed alone
+    assert model.sizes == [3, 1, 1]
+    finals = [r for r in records(settings, batch) if isinstance(r, Reply)]
+    assert sorted(r.request_id for r in finals) == sorted(i.request.request_id for i in batch.items)
+    assert all(isinstance(r.result, GenerationResult) for r in finals)
+    assert done.computed == 3 and done.failed == 0

@@ -185,9 +185,15 @@ class Backend(ModelBackend, Protocol):
         ...
 
 
+OnFinished = Callable[[list[tuple[int, Generated]]], None]  # rows that just finished
+
+
 class GenerativeBackend(ModelBackend, Protocol):
     """A text generation backend; ``on_delta(row, text)`` gets text as it is decoded;
-    ``cancelled()`` (asked now and then) names rows to stop: they end with ``abort``."""
+    ``cancelled()`` (asked now and then) names rows to stop: they end with ``abort``;
+    ``on_finished(rows)`` gets rows as they finish, while others still decode (a backend
+    that batches continuously calls it; the caller may answer them at once). Every call is on
+    the caller's thread; the list returned still holds every row."""
 
     def generate(
         self,
@@ -195,4 +201,5 @@ class GenerativeBackend(ModelBackend, Protocol):
         params: Sequence[Sampling],
         on_delta: Callable[[int, str], None] | None = None,
         cancelled: Callable[[], set[int]] | None = None,
+        on_finished: OnFinished | None = None,
     ) -> list[Generated]: ...

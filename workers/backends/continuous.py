@@ -9,8 +9,8 @@ loop, on its own thread, repeats:
    to a common length; every ``join_every`` steps, or at once when nothing runs or they
    would grow the running batch by a quarter (a prefill is a forward pass of its own);
 2. **step**: one token for every running row, each at its own position;
-3. **leave**: finished rows are dropped from the cache, and the leading columns no row uses
-   any more are cut off.
+3. **leave**: finished rows are dropped from the cache once they are a quarter of it (a cut
+   copies the cache), and the leading columns no row uses any more are cut off.
 
 A row keeps every property of a statically batched one (``generation.py``): its own sampling
 parameters and seeded generator, stop sequences, deltas that never hold the start of a stop
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from headrace.workers.backends.base import EncodedItem, Generated, Sampling
+from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,17 @@ class _Job:
 
     prompts: list[list[int]]
     rows: list[Any]  # generation._Row, one per prompt
-    events: queue.SimpleQueue[tuple[int, str] | None] = field(default_factory=queue.SimpleQueue)
+    # (row, text): a delta; (row, None): the row finished; None: every row finished
+    events: queue.SimpleQueue[tuple[int, str | None] | None] = field(
+        default_factory=queue.SimpleQueue
+    )
     cancelled: frozenset[int] = frozenset()  # set by the caller's thread, read by the loop
+    streams: bool = True  # whether the caller takes deltas
     left: int = 0  # rows not finished
     error: BaseException | None = None
 
-    def finished(self) -> None:
+    def finished(self, index: int) -> None:
+        self.events.put((index, None))
         self.left -= 1
         if self.left == 0:
             self.events.put(None)
@@ -81,14 +86,14 @@ class _Live:
 class ContinuousDecoder:
     """``model``: a causal LM in eval mode; ``advance(row, token)`` appends a sampled token
     to a row and decides whether it finished (``GenerationBackend._advance``);
-    ``new_row(params, prompt_tokens)`` makes a row's state; ``sample(logits, params,
-    generator)`` picks a token."""
+    ``new_row(params, prompt_tokens, streams)`` makes a row's state (``row.end(reason)``
+    ends it); ``sample(logits, params, generator)`` picks a token."""
 
     def __init__(
         self,
         model: Any,
         *,
-        new_row: Callable[[Sampling, int], Any],
+        new_row: Callable[[Sampling, int, bool], Any],
         advance: Callable[[Any, int], None],
         sample: Callable[[torch.Tensor, Sampling, Any], int],
         pad_id: int,
@@ -129,16 +134,21 @@ class ContinuousDecoder:
         params: Sequence[Sampling],
         on_delta: OnDelta | None = None,
         cancelled: Callable[[], set[int]] | None = None,
+        on_finished: OnFinished | None = None,
     ) -> list[Generated]:
-        """Decode ``items`` with whatever else runs; return when all of them finished. Deltas
-        and cancellation checks run on this thread (the backend has refused too_long and
-        empty items)."""
+        """Decode ``items`` with whatever else runs; return when all of them finished. Deltas,
+        rows as they finish (those that finished by the same step together) and cancellation
+        checks run on this thread (the backend has refused too_long and empty items)."""
         if not items:
             return []
         job = _Job(
             prompts=[list(item.ids) for item in items],
-            rows=[self._new_row(p, len(item.ids)) for item, p in zip(items, params, strict=True)],
+            rows=[
+                self._new_row(p, len(item.ids), on_delta is not None)
+                for item, p in zip(items, params, strict=True)
+            ],
             left=len(items),
+            streams=on_delta is not None,
         )
         with self._wake:
             if self._closed:
@@ -146,23 +156,31 @@ class ContinuousDecoder:
             self._waiting.extend((job, i) for i in range(len(items)))
             self._wake.notify()
         checked = time.monotonic()
-        while True:
+        ended = False
+        while not ended:
             wait = None if cancelled is None else self.cancel_check_s
-            event: tuple[int, str] | bool | None
+            finished: list[int] = []
             try:
-                event = job.events.get(timeout=wait)
+                events = [job.events.get(timeout=wait)]
+                while not job.events.empty():
+                    events.append(job.events.get())
             except queue.Empty:
-                event = False  # time to ask which rows were cancelled
+                events = []  # time to ask which rows were cancelled
             if cancelled is not None and time.monotonic() - checked >= self.cancel_check_s:
                 checked = time.monotonic()
                 job.cancelled = frozenset(cancelled())
-            if event is None:
-                break
-            if isinstance(event, tuple) and on_delta is not None:
-                on_delta(*event)
+            for event in events:
+                if event is None:
+                    ended = True
+                elif event[1] is None:
+                    finished.append(event[0])
+                elif on_delta is not None:
+                    on_delta(event[0], event[1])
+            if finished and on_finished is not None and job.error is None:
+                on_finished([(i, _generated(job.rows[i])) for i in finished])
         if job.error is not None:
             raise job.error
-        return [Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens) for r in job.rows]
+        return [_generated(row) for row in job.rows]
 
     def close(self) -> None:
         with self._wake:
@@ -246,9 +264,9 @@ class ContinuousDecoder:
         """Cancelled rows leave; one token for every other row; finished rows leave."""
         for live in self._live:
             if live.row.finish is None and live.index in live.job.cancelled:
-                live.row.finish = "abort"
+                live.row.end("abort")
                 self._emit(live)
-                live.job.finished()
+                live.job.finished(live.index)
         self._leave()
         if not self._live:
             return
@@ -265,8 +283,9 @@ class ContinuousDecoder:
         )
         self._cache, self._mask = out[self.cache_arg], mask
         self.steps += 1
-        self.most_rows = max(self.most_rows, len(self._live))
-        for live in self._live:
+        running = [live for live in self._live if live.row.finish is None]
+        self.most_rows = max(self.most_rows, len(running))
+        for live in running:
             live.position += 1
         self._take_all(self._live, out.logits[:, -1, :])
         self._leave()
@@ -277,6 +296,8 @@ class ContinuousDecoder:
         greedy = logits.argmax(dim=-1).tolist()
         for k, live in enumerate(lives):
             row = live.row
+            if row.finish is not None:  # finished at an earlier step, not yet cut out
+                continue
             if row.params.temperature == 0.0:
                 self._take(live, greedy[k])
             else:
@@ -288,23 +309,30 @@ class ContinuousDecoder:
         row = live.row
         self._advance(row, token)
         if row.finish is None and row.prompt_tokens + len(row.ids) >= self.context:
-            row.finish = "length"
+            row.end("length")
         live.token = row.ids[-1] if row.ids else self.pad_id
         self._emit(live)
         if row.finish is not None:
-            live.job.finished()
+            live.job.finished(live.index)
 
     def _emit(self, live: _Live) -> None:
+        if not live.job.streams:
+            return
         delta = live.row.pending_delta()
         if delta:
             live.job.events.put((live.index, delta))
 
     def _leave(self) -> None:
+        """Cut finished rows out of the running batch once they are a quarter of it (or all
+        of it). Cutting copies the whole cache, so until then they ride along: fed padding,
+        their outputs ignored, their position held."""
         keep = [k for k, live in enumerate(self._live) if live.row.finish is None]
         if len(keep) == len(self._live):
             return
         if not keep:
             self._live, self._cache, self._mask = [], None, None
+            return
+        if (len(self._live) - len(keep)) * 4 < len(self._live):
             return
         assert self._mask is not None
         self._cache, self._mask = _select(self._cache, self._mask, keep)
@@ -330,6 +358,10 @@ class ContinuousDecoder:
 
     def _fail_all(self, exc: BaseException) -> None:
         self._fail({live.job for live in self._live} | {job for job, _ in self._waiting}, exc)
+
+
+def _generated(row: Any) -> Generated:
+    return Generated(row.text, row.ids, row.finish or "length", row.prompt_tokens)
 
 
 def check_layers(cache: Any) -> None:

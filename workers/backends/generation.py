@@ -25,6 +25,7 @@ from headrace.workers.backends.base import (
     FixedSampling,
     Generated,
     LoadTimings,
+    OnFinished,
     Sampling,
     Shape,
     cuda_memory,
@@ -40,10 +41,21 @@ OnDelta = Callable[[int, str], None]  # (row, text)
 
 
 class _Row:
-    """One sequence's decoding state: its tokens, the text streamed so far, why it ended."""
+    """One sequence's decoding state: its tokens, the text streamed so far, why it ended.
+    ``watched``: its text is needed at every token (it streams, or has stop sequences to
+    look for); otherwise it is decoded once, when the row ends."""
 
-    def __init__(self, params: Sampling, prompt_tokens: int, generator: Any) -> None:
+    def __init__(
+        self,
+        params: Sampling,
+        prompt_tokens: int,
+        generator: Any,
+        text_of: Callable[[list[int]], str],
+        streams: bool,
+    ) -> None:
         self.params = params
+        self.text_of = text_of
+        self.watched = streams or bool(params.stop)
         self.prompt_tokens = prompt_tokens
         self.generator = generator
         self.ids: list[int] = []
@@ -51,6 +63,11 @@ class _Row:
         self.sent = 0  # characters of text already given out as deltas
         self.finish: FinishReason | None = None
         self.hold = max((len(s) for s in params.stop), default=1) - 1
+
+    def end(self, reason: FinishReason) -> None:
+        self.finish = reason
+        if not self.watched:
+            self.text = self.text_of(self.ids)
 
     def pending_delta(self) -> str:
         """New text safe to give out: all of it once finished, else all but what could be
@@ -175,8 +192,8 @@ class GenerationBackend:
             return None
         return ContinuousDecoder(
             self._model,
-            new_row=lambda params, prompt_tokens: _Row(
-                params, prompt_tokens, self._generator(params.seed)
+            new_row=lambda params, prompt_tokens, streams: _Row(
+                params, prompt_tokens, self._generator(params.seed), self._text_of, streams
             ),
             advance=self._advance,
             sample=sample,
@@ -229,11 +246,14 @@ class GenerationBackend:
         params: Sequence[Sampling],
         on_delta: OnDelta | None = None,
         cancelled: Callable[[], set[int]] | None = None,
+        on_finished: OnFinished | None = None,
     ) -> list[Generated]:
+        """Continuous: rows go to ``on_finished`` as they finish. Static: every row is
+        returned at the end (``on_finished`` is not called)."""
         if any(item.too_long or not item.ids for item in items):
             raise ValueError("too_long or empty items cannot be generated from")
         if self.decoder is not None:
-            return self.decoder.generate(items, params, on_delta, cancelled)
+            return self.decoder.generate(items, params, on_delta, cancelled, on_finished)
         longest = max(len(item.ids) for item in items)
         ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(items), longest), dtype=torch.long)
@@ -243,7 +263,7 @@ class GenerationBackend:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         rows = [
-            _Row(p, len(item.ids), self._generator(p.seed))
+            _Row(p, len(item.ids), self._generator(p.seed), self._text_of, on_delta is not None)
             for item, p in zip(items, params, strict=True)
         ]
         steps = min(max(p.max_tokens for p in params), self.max_tokens - longest)
@@ -254,7 +274,7 @@ class GenerationBackend:
                 checked = time.monotonic()
                 for i in cancelled():
                     if rows[i].finish is None:
-                        rows[i].finish = "abort"
+                        rows[i].end("abort")
             if all(row.finish for row in rows):
                 break
             out = self._model(
@@ -282,7 +302,7 @@ class GenerationBackend:
             positions = positions[:, -1:] + 1
         for i, row in enumerate(rows):
             if row.finish is None:
-                row.finish = "length"  # the context ran out before max_tokens
+                row.end("length")  # the context ran out before max_tokens
                 if on_delta is not None and (delta := row.pending_delta()):
                     on_delta(i, delta)
         return [Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens) for r in rows]
@@ -292,16 +312,23 @@ class GenerationBackend:
             return None
         return torch.Generator(device=self.device).manual_seed(seed)
 
+    def _text_of(self, ids: list[int]) -> str:
+        with self._tokenizer_lock:
+            return self._detokenize(ids)
+
     def _advance(self, row: _Row, token: int) -> None:
+        """Append ``token`` to ``row``, or end it: at the end-of-sequence token, a stop
+        sequence, or ``max_tokens``. A row's text is kept up to date at every token only
+        where it is watched (``_Row``)."""
         if token == self.eos_id:
-            row.finish = "stop"
+            row.end("stop")
             return
         row.ids.append(token)
-        with self._tokenizer_lock:
-            row.text = self._detokenize(row.ids)
+        if row.watched:
+            row.text = self._text_of(row.ids)
         cuts = [row.text.find(s) for s in row.params.stop if s in row.text]
         if cuts:
             row.text = row.text[: min(cuts)]
             row.finish = "stop"
         elif len(row.ids) >= row.params.max_tokens:
-            row.finish = "length"
+            row.end("length")

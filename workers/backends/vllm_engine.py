@@ -27,6 +27,7 @@ from headrace.workers.backends.base import (
     FixedSampling,
     Generated,
     LoadTimings,
+    OnFinished,
     Sampling,
     Shape,
 )
@@ -151,10 +152,12 @@ class VLLMBackend:
         params: Sequence[Sampling],
         on_delta: Callable[[int, str], None] | None = None,
         cancelled: Callable[[], set[int]] | None = None,
+        on_finished: OnFinished | None = None,
         request_ids: list[str] | None = None,
     ) -> list[Generated]:
-        """Every row added to the engine at once; deltas are handed to ``on_delta`` on this
-        thread as they come. ``request_ids`` name the rows in the engine (for ``abort``)."""
+        """Every row added to the engine at once; deltas and finished rows are handed to
+        ``on_delta`` and ``on_finished`` on this thread as they come (rows that finished
+        together in one call). ``request_ids`` name the rows in the engine (for ``abort``)."""
         ids = request_ids or [f"row-{id(items)}-{i}" for i in range(len(items))]
         events: queue.Queue[_Event] = queue.Queue()
         for row, (item, p, rid) in enumerate(zip(items, params, ids, strict=True)):
@@ -169,15 +172,22 @@ class VLLMBackend:
                         aborted.add(row)
                         self.abort(ids[row])
                 try:
-                    event = events.get(timeout=self.cancel_check_s)
+                    got = [events.get(timeout=self.cancel_check_s)]
+                    while not events.empty():
+                        got.append(events.get())
                 except queue.Empty:
                     continue
-                if event.error is not None:
-                    raise event.error
-                if event.delta and on_delta is not None:
-                    on_delta(event.row, event.delta)
-                if event.done is not None:
-                    results[event.row] = event.done
+                finished: list[tuple[int, Generated]] = []
+                for event in got:
+                    if event.error is not None:
+                        raise event.error
+                    if event.delta and on_delta is not None:
+                        on_delta(event.row, event.delta)
+                    if event.done is not None:
+                        results[event.row] = event.done
+                        finished.append((event.row, event.done))
+                if finished and on_finished is not None:
+                    on_finished(finished)
         finally:
             for rid in ids:
                 self._running.discard(rid)

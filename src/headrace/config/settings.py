@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     # Continuous batching: a generation worker holds this many batches at once, and their rows
     # share one decode loop that rows join and leave at every step (vLLM's engine, or
     # workers/backends/continuous.py); 1 decodes one batch at a time, to its end (static).
-    generation_slots: int = Field(default=16, ge=1)
+    generation_slots: int = Field(default=64, ge=1)
     generation_max_rows: int = Field(default=256, ge=1)  # rows decoding at once (transformers)
     vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     vllm_max_num_seqs: int = Field(default=256, ge=1)
