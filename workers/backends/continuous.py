@@ -38,6 +38,14 @@ import torch
 
 from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
 
+
+def _kv_room() -> Any:
+    """The cache layer module (it imports transformers: only once a decoder runs)."""
+    from headrace.workers.backends import kv_room
+
+    return kv_room
+
+
 log = logging.getLogger(__name__)
 
 OnDelta = Callable[[int, str], None]  # (row, text)
@@ -246,17 +254,12 @@ class ContinuousDecoder:
             cache, mask = _select(cache, mask, keep)
             new = [new[k] for k in keep]
         if not self._live:
+            _kv_room().hold_all(cache)
             self._cache, self._mask, self._live = cache, mask, new
             return
         assert self._mask is not None
         width = max(self._mask.shape[1], mask.shape[1])
-        for running, joined in zip(self._cache.layers, cache.layers, strict=True):
-            running.keys = torch.cat(
-                [_pad_left(running.keys, width), _pad_left(joined.keys, width)]
-            )
-            running.values = torch.cat(
-                [_pad_left(running.values, width), _pad_left(joined.values, width)]
-            )
+        _kv_room().join(self._cache, cache, width)
         self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
         self._live += new
 
@@ -343,6 +346,7 @@ class ContinuousDecoder:
             for layer in self._cache.layers:
                 layer.keys = layer.keys[:, :, first:, :]
                 layer.values = layer.values[:, :, first:, :]
+        _kv_room().hold_all(self._cache)
         self._live = [self._live[k] for k in keep]
 
     # --- failures -----------------------------------------------------------------------------
