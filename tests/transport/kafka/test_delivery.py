@@ -1,7 +1,9 @@
 """ReliableProducer across restarts of a tansu that keeps its log in S3: every record whose
 flush returned is in the log exactly once. tansu answers the first produce after a restart
 with offset -1 and about half the time does not store that batch; the producer reads the
-partition back and sends only what is missing."""
+partition back and sends only what is missing. A producer left stuck (a batch waiting,
+nothing in flight, its leader never connected again) is given up on: what the log holds
+counts as delivered, only the rest is sent again."""
 
 from __future__ import annotations
 
@@ -9,13 +11,20 @@ import collections
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from kafka.errors import KafkaTimeoutError
+from kafka.structs import TopicPartition
 
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.transport import open_transport
+from headrace.transport.base import Record
 from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka import delivery
 from tests.conftest import DURABLE_BROKER
 from tests.integration.topics import read_topic
 
@@ -68,3 +77,79 @@ def test_flushed_records_survive_broker_restarts_exactly_once(
     assert not missing, f"{len(missing)} flushed records not in the log: {missing[:5]}"
     assert not doubled, f"{len(doubled)} records twice in the log: {doubled[:5]}"
     assert len(flushed) > RESTARTS * FLUSH_EVERY
+
+
+class _Future:
+    def __init__(self, topic: str, offset: int | None) -> None:
+        self._produce_future = SimpleNamespace(topic_partition=TopicPartition(topic, 0))
+        self.is_done = offset is not None
+        self.value = SimpleNamespace(topic=topic, partition=0, offset=offset)
+        self.exception = None
+
+    def succeeded(self) -> bool:
+        return self.is_done
+
+    def failed(self) -> bool:
+        return False
+
+
+class _Producer:
+    """What ReliableProducer and its diagnostics see of kafka-python's producer: ``stuck``
+    answers nothing and its leader never connects; otherwise each record lands at the next
+    offset."""
+
+    def __init__(self, stuck: bool, log: list[tuple[bytes | None, bytes]]) -> None:
+        self.stuck, self.log, self.sent, self.closed = stuck, log, 0, False
+        client = SimpleNamespace(
+            is_ready=lambda node: not stuck, in_flight_request_count=lambda n: 0
+        )
+        self._sender = SimpleNamespace(_client=client)
+        self._metadata = SimpleNamespace(leader_for_partition=lambda tp: 7)
+        self._accumulator = SimpleNamespace(_batches={}, muted=set())
+
+    def send(self, topic: str, key: bytes | None, value: bytes, headers: Any) -> _Future:
+        self.sent += 1
+        if self.stuck:
+            return _Future(topic, None)
+        self.log.append((key, value))
+        return _Future(topic, len(self.log) - 1)
+
+    def flush(self, timeout: float) -> None:
+        if self.stuck:
+            time.sleep(timeout)
+            raise KafkaTimeoutError("stuck")
+
+    def close(self, timeout: float | None = None) -> None:
+        self.closed = True
+
+
+def test_records_stuck_on_a_producer_are_read_back_and_only_the_missing_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(delivery, "STALL_S", 0.5)
+    monkeypatch.setattr(delivery, "SLICE_S", 0.1)
+    log: list[tuple[bytes | None, bytes]] = []
+    producers = [_Producer(stuck=True, log=log), _Producer(stuck=False, log=log)]
+    made = iter(producers)
+
+    def readback(topic: str, partition: int, offset: int | None) -> Iterator[Record]:
+        for at, (key, value) in enumerate(log):
+            if offset is None or at >= offset:
+                yield Record(topic, partition, at, key, value)
+
+    writer = delivery.ReliableProducer(lambda: next(made), timeout_s=5, readback=readback)
+    for i in range(4):
+        writer.send("t", f"r-{i}".encode(), key=f"r-{i}".encode())
+    log += [(b"r-0", b"r-0"), (b"r-2", b"r-2")]  # two made it to the log before the stall
+
+    landed = writer.flush()
+
+    assert producers[0].closed  # given up: it can send nothing more
+    assert producers[0].sent == 4 and producers[1].sent == 2  # only r-1 and r-3 again
+    assert sorted(log) == [(f"r-{i}".encode(), f"r-{i}".encode()) for i in range(4)]
+    assert sorted((d.key, d.offset) for d in landed) == [
+        (b"r-0", 0),
+        (b"r-1", 2),
+        (b"r-2", 1),
+        (b"r-3", 3),
+    ]
