@@ -7,9 +7,12 @@ from headrace.models.registry import model_spec
 from headrace.workers.backends.generation import GenerationBackend
 
 
-def load_test_lm() -> GenerationBackend:
+def load_test_lm(continuous_rows: int | None = None) -> GenerationBackend:
+    """``continuous_rows``: rows of every caller share one decode loop (None: static)."""
     spec = model_spec(tiny_lm.NAME)
-    backend = GenerationBackend(spec.name, spec.path, spec.max_tokens, device="cpu")
+    backend = GenerationBackend(
+        spec.name, spec.path, spec.max_tokens, device="cpu", continuous_rows=continuous_rows
+    )
     backend.load_weights()
     backend.build()
     return backend

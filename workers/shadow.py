@@ -11,8 +11,9 @@ from dataclasses import replace
 from headrace.health.tracing import Headers
 from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta
 from headrace.transport.base import Delivered
-from headrace.workers.batch_runner import BatchContext, answer, stamped
+from headrace.workers.batch_runner import BatchContext, answer
 from headrace.workers.ledger import ReplyAt
+from headrace.workers.reply_delivery import stamped
 
 log = logging.getLogger(__name__)
 

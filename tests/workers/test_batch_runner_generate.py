@@ -16,7 +16,6 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.consumers.streams import DeltaAssembler
 from headrace.models import tiny_lm
-from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import (
@@ -160,12 +159,7 @@ class Watching(TopicReplySink):
 def test_a_row_that_finishes_first_is_answered_while_its_batch_mate_decodes(
     stack: LocalStack,
 ) -> None:
-    spec = model_spec(tiny_lm.NAME)
-    continuous = GenerationBackend(
-        spec.name, spec.path, spec.max_tokens, device="cpu", continuous_rows=16
-    )
-    continuous.load_weights()
-    continuous.build()
+    continuous = load_test_lm(continuous_rows=16)
     prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix)
     ledger = Ledger(connections.redis_client(settings), prefix, 60)
@@ -246,12 +240,7 @@ class FailsAfterFirstRow(FaultyBackend):
 def test_rows_answered_early_are_not_computed_again_when_the_rest_fail(
     stack: LocalStack,
 ) -> None:
-    spec = model_spec(tiny_lm.NAME)
-    inner = GenerationBackend(
-        spec.name, spec.path, spec.max_tokens, device="cpu", continuous_rows=8
-    )
-    inner.load_weights()
-    inner.build()
+    inner = load_test_lm(continuous_rows=8)
     prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix)
     ledger = Ledger(connections.redis_client(settings), prefix, 60)
