@@ -130,6 +130,39 @@ def test_a_request_becomes_a_batch_and_its_offset_is_committed_after_the_complet
     rig.until(lambda: rig.committed() == 1)
 
 
+def test_a_lone_request_leaves_in_the_pass_that_read_it_before_the_rest_of_the_pass(
+    rig: Rig,
+) -> None:
+    """The pass's Redis work (cancellations, completions, heartbeats) comes after the batch
+    is sent, not before: it cost a lone request 2 ms."""
+    rig.until(lambda: bool(rig.dispatcher.core.live))  # a worker is known to be idle
+    order: list[str] = []
+    send, take = rig.dispatcher.send_batch, rig.ledger.take_completions
+
+    def sending(batch: Batch, queue: str) -> None:
+        order.append("sent")
+        send(batch, queue)
+
+    def taking(dispatcher_id: str) -> list[Completion]:
+        order.append("completions")
+        return take(dispatcher_id)
+
+    poll = rig.dispatcher.reader.poll
+
+    def polling(timeout_ms: int) -> object:
+        order.append("poll")  # a pass begins
+        return poll(timeout_ms)
+
+    rig.dispatcher.send_batch = sending
+    rig.ledger.take_completions = taking  # type: ignore[method-assign]
+    rig.dispatcher.reader.poll = polling  # type: ignore[method-assign,assignment]
+    rig.submit("r1")
+    rig.until(lambda: len(rig.queue.sent) == 1)
+    sent = order.index("sent")
+    began = max(i for i in range(sent) if order[i] == "poll")  # the pass that read r1
+    assert order[began + 1 : sent] == [], "the pass's Redis work came before the batch"
+
+
 def test_an_expired_request_is_answered_and_a_malformed_one_dead_lettered(rig: Rig) -> None:
     rig.submit("late", deadline=datetime.now(UTC) - timedelta(seconds=1))
     rig.writer.send(rig.topics.requests(16), b"{not json")
