@@ -190,6 +190,9 @@ class GenerationBackend:
         except Unsupported as exc:
             log.warning("%s: %s; batches are decoded one at a time", self.name, exc)
             return None
+        from headrace.workers.backends import ragged_attention
+
+        ragged_attention.use_for(self._model)  # decode steps skip the padding they can
         return ContinuousDecoder(
             self._model,
             new_row=lambda params, prompt_tokens, streams: _Row(
