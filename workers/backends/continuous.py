@@ -9,8 +9,9 @@ loop, on its own thread, repeats:
    to a common length; every ``join_every`` steps, or at once when nothing runs or they
    would grow the running batch by a quarter (a prefill is a forward pass of its own);
 2. **step**: one token for every running row, each at its own position;
-3. **leave**: finished rows are dropped from the cache once they are a quarter of it (a cut
-   copies the cache), and the leading columns no row uses any more are cut off.
+3. **leave**: finished rows are dropped from the cache once they are a quarter of it (the
+   rows below them move up), and the leading columns no row uses any more are
+   cut off.
 
 A row keeps every property of a statically batched one (``generation.py``): its own sampling
 parameters and seeded generator, stop sequences, deltas that never hold the start of a stop
@@ -327,8 +328,8 @@ class ContinuousDecoder:
 
     def _leave(self) -> None:
         """Cut finished rows out of the running batch once they are a quarter of it (or all
-        of it). Cutting copies the whole cache, so until then they ride along: fed padding,
-        their outputs ignored, their position held."""
+        of it). Cutting moves rows (a copy of each one moved), so until then they ride
+        along: fed padding, their outputs ignored, their position held."""
         keep = [k for k, live in enumerate(self._live) if live.row.finish is None]
         if len(keep) == len(self._live):
             return
@@ -338,16 +339,14 @@ class ContinuousDecoder:
         if (len(self._live) - len(keep)) * 4 < len(self._live):
             return
         assert self._mask is not None
-        self._cache, self._mask = _select(self._cache, self._mask, keep)
+        _kv_room().keep_rows(self._cache, keep)  # in place
+        self._mask = self._mask.index_select(0, torch.tensor(keep, device=self._mask.device))
+        self._live = [self._live[k] for k in keep]
         used = self._mask.sum(dim=0).nonzero()
         first = int(used[0]) if len(used) else 0
         if first:  # columns every remaining row has as padding
             self._mask = self._mask[:, first:]
-            for layer in self._cache.layers:
-                layer.keys = layer.keys[:, :, first:, :]
-                layer.values = layer.values[:, :, first:, :]
-        _kv_room().hold_all(self._cache)
-        self._live = [self._live[k] for k in keep]
+            _kv_room().drop_columns(self._cache, first)
 
     # --- failures -----------------------------------------------------------------------------
     def _fail(self, jobs: set[_Job], exc: BaseException) -> None:
