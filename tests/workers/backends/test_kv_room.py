@@ -6,10 +6,10 @@ cache."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from transformers.cache_utils import DynamicLayer
-
-from types import SimpleNamespace
 
 from headrace.workers.backends.kv_room import (
     ROOM,
