@@ -10,6 +10,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol, cast
@@ -91,6 +92,9 @@ class BatchContext:
     model_version: str | None = None  # the version this worker serves (stamped on replies)
     # called with the replies of requests a shadow version computes too (after delivery)
     shadowed: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
+    # held while a batch encodes and computes: batches of one worker take turns at the model
+    # (a lock where a worker holds several batches of a model that computes one at a time)
+    model_turn: AbstractContextManager[object] = field(default_factory=nullcontext)
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
@@ -148,18 +152,18 @@ def answer(
             replies.append((item, failure(item, problem)))
     if not admitted:
         return replies
-    started = ctx.clock()  # compute time counts tokenisation and the forward pass
-    encoded = backend.encode(
-        [_prompt(i.request, ctx) for i in admitted], [i.request.params.truncate for i in admitted]
-    )
-    runnable: list[tuple[BatchItem, EncodedItem]] = []
-    for item, enc in zip(admitted, encoded, strict=True):
-        if enc.too_long:
-            too_long = input_too_long(enc.token_count, backend.max_tokens)
-            replies.append((item, failure(item, too_long)))
-        else:
-            runnable.append((item, enc))
-    replies.extend(_compute(batch, runnable, ctx, started, early))
+    prompts = [_prompt(i.request, ctx) for i in admitted]
+    with ctx.model_turn:
+        started = ctx.clock()  # compute time counts tokenisation and the forward pass
+        encoded = backend.encode(prompts, [i.request.params.truncate for i in admitted])
+        runnable: list[tuple[BatchItem, EncodedItem]] = []
+        for item, enc in zip(admitted, encoded, strict=True):
+            if enc.too_long:
+                too_long = input_too_long(enc.token_count, backend.max_tokens)
+                replies.append((item, failure(item, too_long)))
+            else:
+                runnable.append((item, enc))
+        replies.extend(_compute(batch, runnable, ctx, started, early))
     return replies
 
 

@@ -239,8 +239,15 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         ),
     )
     app = tasks.celery_app(settings)
-    # continuous batching: this many batches at once, their rows in one decode loop
-    slots = settings.generation_slots if getattr(backend, "continuous", False) else 1
+    # continuous batching: this many batches at once, their rows in one decode loop; an
+    # encoder: a few at once, taking turns at the model (BatchContext.model_turn)
+    continuous = getattr(backend, "continuous", False)
+    slots = settings.generation_slots if continuous else 1
+    if spec.task == "embed":
+        on_gpu = str(getattr(backend, "device", "cpu")).startswith("cuda")
+        slots = settings.encoder_slots or (2 if on_gpu else 1)
+        if slots > 1:
+            ctx = replace(ctx, model_turn=threading.Lock())
     context = (
         per_thread(ctx, lambda: TopicReplySink(open_transport(settings), settings))
         if slots > 1

@@ -4,7 +4,10 @@ state, and the completion says what happened."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,8 +16,9 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Reply
+from headrace.schemas.messages import Completion, Reply
 from headrace.transport import open_transport
+from headrace.transport.base import Delivered
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.backends.base import EncodedItem
 from headrace.workers.batch_runner import BatchContext, run_batch
@@ -129,3 +133,77 @@ def test_each_reply_carries_its_share_of_the_batch_device_time(
     assert sum(c.device_ms for c in costs) == pytest.approx(replies[0].timings.compute_ms)
     assert (completion.computed, completion.padded_tokens) == (3, info.padded_tokens)
     assert completion.compute_ms >= replies[0].timings.compute_ms > 0
+
+
+class Turns(FaultyBackend):
+    """Counts the batches inside the model at once; ``entered`` is set once a second batch
+    has entered it."""
+
+    def __init__(self, inner: EmbeddingBackend) -> None:
+        super().__init__(inner)
+        self.inside = self.most_inside = self.calls = 0
+        self.entered = threading.Event()
+
+    def embed(
+        self, items: list[EncodedItem], normalize: list[bool]
+    ) -> tuple[list[list[float]], int, int]:
+        self.calls += 1
+        self.inside += 1
+        self.most_inside = max(self.most_inside, self.inside)
+        if self.calls == 2:
+            self.entered.set()
+        try:
+            return super().embed(items, normalize)
+        finally:
+            self.inside -= 1
+
+
+class HeldFlush(TopicReplySink):
+    """A reply sink whose flush first waits (up to 30 s) for ``until``; ``released`` says
+    whether it came."""
+
+    def __init__(self, settings: Settings, until: threading.Event) -> None:
+        super().__init__(open_transport(settings), settings)
+        self.until = until
+        self.released: bool | None = None
+
+    def flush(self) -> list[Delivered]:
+        self.released = self.until.wait(30)
+        return super().flush()
+
+
+def test_batches_take_turns_at_the_model_and_one_delivers_while_the_next_computes(
+    stack: LocalStack, backend: EmbeddingBackend
+) -> None:
+    """The first batch computes, then its reply flush waits until the second batch is
+    inside the model: were delivery part of the model's turn, the second could not enter
+    (the flush would give up waiting after 30 s)."""
+    prefix = f"t-turns-{uuid.uuid4().hex[:8]}"
+    settings = Settings(topic_prefix=prefix)
+    model = Turns(backend)
+    shared = BatchContext(
+        backend=model,
+        ledger=Ledger(connections.redis_client(settings), prefix, 60),
+        sink=TopicReplySink(open_transport(settings), settings),
+        worker_id="w",
+        model_turn=threading.Lock(),
+    )
+    held = HeldFlush(settings, until=model.entered)
+    first = make_batch(prefix, ["the first batch, one", "the first batch, two"], MODEL)
+    second = make_batch(prefix, ["the second batch"], MODEL)
+    done: dict[str, Completion] = {}
+
+    def run_first() -> None:
+        done["first"] = run_batch(first, replace(shared, sink=held))
+
+    runner = threading.Thread(target=run_first)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while model.calls == 0:  # the first batch has had its turn
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    done["second"] = run_batch(second, shared)
+    runner.join(60)
+    assert held.released is True  # the second batch computed while the first delivered
+    assert model.most_inside == 1  # never two batches in the model at once
+    assert len(done["first"].done) == 2 and len(done["second"].done) == 1

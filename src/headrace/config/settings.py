@@ -111,6 +111,11 @@ class Settings(BaseSettings):
     # share one decode loop that rows join and leave at every step (vLLM's engine, or
     # workers/backends/continuous.py); 1 decodes one batch at a time, to its end (static).
     generation_slots: int = Field(default=64, ge=1)
+    # batches an encoder (embedding) worker holds at once: their forward passes take turns,
+    # so one batch's claims and reply delivery (Redis and Kafka round trips, ~5 ms) overlap
+    # another's compute. None: 2 on a GPU (idle during those round trips otherwise), 1 on
+    # a CPU (already busy then: 2 measured the same tokens/s)
+    encoder_slots: int | None = Field(default=None, ge=1)
     generation_max_rows: int = Field(default=256, ge=1)  # rows decoding at once (transformers)
     vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     vllm_max_num_seqs: int = Field(default=256, ge=1)
