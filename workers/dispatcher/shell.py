@@ -19,11 +19,10 @@ from collections.abc import Callable, Mapping
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.health.ready import announce_ready
-from headrace.limits.store import BucketBacklog, LimitsStore
+from headrace.limits.store import LimitsStore
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
 from headrace.schemas.messages import Batch
-from headrace.schemas.topics import LANES, Lane
 from headrace.transport import Partition, Record, Transport, open_transport
 from headrace.workers.dispatcher.answers import Answerer
 from headrace.workers.dispatcher.cache_rung import CacheRung
@@ -35,7 +34,6 @@ from headrace.workers.dispatcher.events import (
     Answer,
     AnswerDeferred,
     AnswersDelivered,
-    BacklogSeen,
     BatchNotSent,
     Cancelled,
     Commit,
@@ -59,7 +57,8 @@ from headrace.workers.dispatcher.events import (
     Tick,
     WorkersSeen,
 )
-from headrace.workers.dispatcher.metrics import LAG, QUEUED_WORK, PrometheusObserver
+from headrace.workers.dispatcher.lag import export_lag, publish_backlog
+from headrace.workers.dispatcher.metrics import PrometheusObserver
 from headrace.workers.dispatcher.model_watch import ModelWatch
 from headrace.workers.dispatcher.settling import Settler
 from headrace.workers.intake import request_key
@@ -69,7 +68,6 @@ from headrace.workers.tasks import batch_sender
 log = logging.getLogger(__name__)
 
 BEATS_BEFORE_DEAD = 3
-LAG_KINDS = ("unread", "uncommitted")
 HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
 CONTROL_INTERVAL_S = 0.05
 
@@ -333,52 +331,8 @@ class Dispatcher:
         )
         for seen in self.model_watch.tick():
             self.handle(seen)
-        self._export_lag()
-
-    def _export_lag(self) -> None:
-        """Per bucket: records on its topic not yet read, and not yet committed (before this
-        dispatcher's first commit of a partition: not yet read), and the queued work they
-        make. Every bucket is set each time, so partitions that went to another dispatcher
-        count there, not twice."""
-        lag = {
-            (str(b), lane, kind): 0
-            for b in self.core.config.buckets
-            for lane in LANES
-            for kind in LAG_KINDS
-        }
-        backlog: dict[tuple[str, Lane], int] = {}  # unread + read and not answered
-        for partition in self.reader.assignment():
-            bucket = self.core.bucket_of_topic.get(partition[0], "?")
-            label = "ingress" if bucket is None else str(bucket)
-            lane = self.core.lane_of_topic.get(partition[0], "online")
-            high, position = self.reader.highwater(partition), self.reader.position(partition)
-            if high is None:
-                continue
-            unread = max(0, high - position) if position is not None else 0
-            committed = self.core.committed_offset(partition)
-            uncommitted = max(0, high - committed) if committed is not None else unread
-            lag[label, lane, "unread"] = lag.get((label, lane, "unread"), 0) + unread
-            waiting = unread + self.core.unanswered(partition)
-            backlog[label, lane] = backlog.get((label, lane), 0) + waiting
-            key = (label, lane, "uncommitted")
-            lag[key] = lag.get(key, 0) + uncommitted
-        for (label, lane, kind), records in lag.items():
-            LAG.labels(label, lane, kind).set(records)
-            if kind == "uncommitted" and label.isdigit():
-                work = self.core.queued_work_s(int(label), records)
-                QUEUED_WORK.labels(label, lane).set(work)
-        self._publish_backlog(backlog)
-
-    def _publish_backlog(self, backlog: Mapping[tuple[str, Lane], int]) -> None:
-        """This dispatcher's share of each bucket's online backlog (records not read, and
-        read but not answered), for the producers' check and the other dispatchers; the
-        core learns the backlog over all of them."""
-        shares = {
-            b: BucketBacklog(backlog.get((str(b), "online"), 0), self.core.drain_s(b))
-            for b in self.core.config.buckets
-        }
-        totals = self.limits.publish_backlog(self.dispatcher_id, shares, time.time())
-        self.handle(BacklogSeen({b: t.backlog for b, t in totals.items()}))
+        backlog = export_lag(self.reader, self.core)
+        self.handle(publish_backlog(self.limits, self.dispatcher_id, self.core, backlog))
 
     def log_state(self) -> None:
         """Every partition's position and client state, then what the core holds."""
