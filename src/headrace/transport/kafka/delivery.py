@@ -166,12 +166,8 @@ class ReliableProducer:
         for s in unsure:
             by_partition.setdefault((s.topic, s.future.value.partition), []).append(s)
         for (topic, partition), group in by_partition.items():
-            start = self._good.get((topic, partition))
             try:
-                held = {
-                    (r.key, r.value)
-                    for r in self.readback(topic, partition, None if start is None else start + 1)
-                }
+                held = self._read_back(topic, partition)
             except Exception as exc:
                 log.warning(
                     "could not read %s[%d] back (%r); assuming stored", topic, partition, exc
@@ -187,6 +183,15 @@ class ReliableProducer:
             )
             missing += gone
         return missing
+
+    def _read_back(self, topic: str, partition: int) -> dict[tuple[bytes | None, bytes], int]:
+        """The partition's records from the last offset known good: (key, value) -> offset."""
+        assert self.readback is not None
+        start = self._good.get((topic, partition))
+        return {
+            (r.key, r.value): r.offset
+            for r in self.readback(topic, partition, None if start is None else start + 1)
+        }
 
     def _stuck_since(self, waiting: list[_Sent], since: float | None) -> float | None:
         """When the producer began to look stuck on ``waiting`` (see above), or None."""
@@ -219,12 +224,8 @@ class ReliableProducer:
             else:
                 by_partition.setdefault((s.topic, partition), []).append(s)
         for (topic, partition), group in by_partition.items():
-            start = self._good.get((topic, partition))
             try:
-                held = {
-                    (r.key, r.value): r.offset
-                    for r in self.readback(topic, partition, None if start is None else start + 1)
-                }
+                held = self._read_back(topic, partition)
             except Exception as exc:
                 log.warning("could not read %s[%d] back (%r): sending again", topic, partition, exc)
                 held = {}  # the stuck producer is closed: sent again, at worst twice
