@@ -12,34 +12,18 @@ from typing import Any
 
 import pytest
 
-from headrace.models import tiny_lm
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
 from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
 from headrace.workers.backends.generation import GenerationBackend
+from tests.tiny_model import load_test_lm
 
 LONG, SHORT = 256, 16
 
 
-def _backend(model_dir: Any, continuous: bool) -> GenerationBackend:
-    b = GenerationBackend(
-        tiny_lm.NAME,
-        model_dir,
-        max_tokens=tiny_lm.MAX_POSITIONS,
-        device="cpu",
-        continuous_rows=64 if continuous else None,
-    )
-    b.load_weights()
-    b.build()
-    return b
-
-
 @pytest.fixture(scope="module")
-def pair(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[GenerationBackend, GenerationBackend]]:
-    model_dir = tiny_lm.ensure(tmp_path_factory.mktemp("state"))
-    static, continuous = _backend(model_dir, False), _backend(model_dir, True)
+def pair() -> Iterator[tuple[GenerationBackend, GenerationBackend]]:
+    static, continuous = load_test_lm(), load_test_lm(continuous_rows=64)
     yield static, continuous
     continuous.close()
 

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import threading
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from headrace.models import tiny_lm
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends import ragged_attention
 from headrace.workers.backends.base import Generated
-from headrace.workers.backends.generation import GenerationBackend
+from tests.tiny_model import load_test_lm
 
 
 def test_chunks_cover_every_row_from_the_first_column_any_of_them_uses() -> None:
@@ -63,25 +61,11 @@ def test_a_prefill_and_a_small_step_go_to_sdpa_unchanged() -> None:
     torch.testing.assert_close(got, expected)
 
 
-def _backend(model_dir: Any, continuous: bool) -> GenerationBackend:
-    backend = GenerationBackend(
-        tiny_lm.NAME,
-        model_dir,
-        max_tokens=tiny_lm.MAX_POSITIONS,
-        device="cpu",
-        continuous_rows=64 if continuous else None,
-    )
-    backend.load_weights()
-    backend.build()
-    return backend
-
-
 def test_the_continuous_decoder_on_chunks_gives_each_row_its_tokens_alone(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ragged_attention, "CHUNK_ROWS", 4)
-    model_dir = tiny_lm.ensure(tmp_path_factory.mktemp("state"))
-    static, continuous = _backend(model_dir, False), _backend(model_dir, True)
+    static, continuous = load_test_lm(), load_test_lm(continuous_rows=64)
     try:
         assert continuous._model.config._attn_implementation == ragged_attention.NAME
         assert static._model.config._attn_implementation == "sdpa"
