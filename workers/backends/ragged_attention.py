@@ -33,6 +33,22 @@ def chunks(first_used: list[int], size: int) -> list[Chunk]:
     ]
 
 
+_last: tuple[torch.Tensor, int, list[Chunk]] | None = None  # the last step's mask and plan
+
+
+def _plan(attention_mask: torch.Tensor) -> list[Chunk]:
+    """The chunks of a decode step's mask. Every layer of a forward pass gets the same mask
+    tensor: the plan is worked out once per step, not once per layer."""
+    global _last
+    if _last is not None and _last[0] is attention_mask and _last[1] == CHUNK_ROWS:
+        return _last[2]
+    # the first column each row attends to (argmax finds the first True)
+    first_used = attention_mask[:, 0, -1, :].to(torch.uint8).argmax(-1).tolist()
+    plan = chunks(first_used, CHUNK_ROWS)
+    _last = (attention_mask, CHUNK_ROWS, plan)
+    return plan
+
+
 def ragged_sdpa(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -57,8 +73,6 @@ def ragged_sdpa(
     ):
         out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
         return out, None
-    # the first column each row attends to (argmax finds the first True)
-    first_used = attention_mask[:, 0, -1, :].to(torch.uint8).argmax(-1).tolist()
     parts = [
         sdpa_attention_forward(
             module,
@@ -68,7 +82,7 @@ def ragged_sdpa(
             attention_mask[a:b, :, :, start:],
             **kwargs,
         )[0]
-        for a, b, start in chunks(first_used, CHUNK_ROWS)
+        for a, b, start in _plan(attention_mask)
     ]
     return torch.cat(parts), None
 
