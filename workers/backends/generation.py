@@ -192,7 +192,7 @@ class GenerationBackend:
             return None
         from headrace.workers.backends import ragged_attention
 
-        ragged_attention.use_for(self._model)  # decode steps skip the padding they can
+        ragged = ragged_attention.use_for(self._model)  # decode steps skip the padding they can
         return ContinuousDecoder(
             self._model,
             new_row=lambda params, prompt_tokens, streams: _Row(
@@ -206,6 +206,7 @@ class GenerationBackend:
             cache_arg=self._cache_arg,
             max_rows=max_rows,
             cancel_check_s=self.cancel_check_s,
+            step_mask=ragged_attention.step_mask if ragged else None,
         )
 
     def close(self) -> None:

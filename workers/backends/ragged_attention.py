@@ -87,6 +87,13 @@ def ragged_sdpa(
     return torch.cat(parts), None
 
 
+def step_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A decode step's [rows, columns] 0/1 mask as the prepared mask SDPA takes ([rows, 1, 1,
+    columns], True: attend). transformers uses a 4D mask as it is; from a 2D one it builds
+    this at every step (4% of a step on CPU)."""
+    return mask.bool()[:, None, None, :]
+
+
 def use_for(model: Any) -> bool:
     """Register the attention with transformers and switch ``model`` to it if it runs on
     SDPA (another choice, such as eager or a flash kernel, is left as it is)."""

@@ -14,7 +14,12 @@ import pytest
 
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
-from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
+from headrace.workers.backends.continuous import (
+    ContinuousDecoder,
+    Unsupported,
+    by_length,
+    check_layers,
+)
 from headrace.workers.backends.generation import GenerationBackend
 from tests.tiny_model import load_test_lm
 
@@ -73,6 +78,40 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     assert decoder.most_rows > 5  # rows of several callers decoded in one step
     # one loop for all: far fewer steps than the rows' tokens one caller at a time
     assert decoder.steps - steps_before < sum(g.completion_tokens for g in alone) / 2
+
+
+def test_joining_rows_are_grouped_by_length_where_the_padding_saved_is_worth_a_pass() -> None:
+    names, lengths = ["a", "b", "c", "d", "e"], [3, 40, 4, 41, 3]
+    # longest group first, longest row first in each
+    assert by_length(names, lengths, overhead=8) == [["d", "b"], ["c", "e", "a"]]
+    # a pass that costs more than the padding it saves: one group
+    assert by_length(names, lengths, overhead=500) == [["d", "b", "c", "e", "a"]]
+    assert by_length([], [], overhead=8) == []
+
+
+def test_rows_of_very_different_lengths_prefill_apart_and_keep_their_tokens(
+    pair: tuple[GenerationBackend, GenerationBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    static, continuous = pair
+    texts = [f"the weir {i}" for i in range(6)] + [
+        " the headrace carries the water to the wheel" * 12 + f" {i}" for i in range(6)
+    ]
+    items = static.encode(texts, [False] * len(texts))
+    params = [GenerateParams(max_tokens=8) for _ in texts]
+    alone = [static.generate([i], [p])[0] for i, p in zip(items, params, strict=True)]
+    decoder = _decoder(continuous)
+    passes: list[list[int]] = []
+    real = decoder._prefill
+
+    def prefill(group: list[tuple[Any, int]]) -> None:
+        passes.append([len(job.prompts[i]) for job, i in group])
+        real(group)
+
+    monkeypatch.setattr(decoder, "_prefill", prefill)
+    together = continuous.generate(items, params)
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    assert len(passes) == 2  # the six long prompts first, then the six short ones
+    assert min(passes[0]) > 10 * max(passes[1])
 
 
 def test_a_short_request_arriving_during_a_long_one_finishes_first(

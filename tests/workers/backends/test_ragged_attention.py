@@ -4,6 +4,7 @@ decoder of the TEST MODEL."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from types import SimpleNamespace
 
@@ -59,6 +60,41 @@ def test_a_prefill_and_a_small_step_go_to_sdpa_unchanged() -> None:
     expected, _ = sdpa_attention_forward(module, query, key, key, None)  # type: ignore[arg-type]
     got, _ = ragged_attention.ragged_sdpa(module, query, key, key, None)  # type: ignore[arg-type]
     torch.testing.assert_close(got, expected)
+
+
+def test_a_step_given_the_prepared_mask_computes_what_the_two_dimensional_mask_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ragged_attention, "CHUNK_ROWS", 2)
+    backend = load_test_lm(continuous_rows=8)
+    try:
+        model = backend._model
+        assert model.config._attn_implementation == ragged_attention.NAME
+        lengths = [3, 9, 5, 12, 1]  # left-padded to 12
+        mask = torch.stack([torch.arange(12) >= 12 - n for n in lengths]).long()
+        vocab = model.config.vocab_size
+        ids = torch.randint(5, vocab, (5, 12), generator=torch.Generator().manual_seed(3))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            arg = backend._cache_arg  # what this transformers calls the cache argument
+            cache = model(input_ids=ids, attention_mask=mask, position_ids=positions)[arg]
+            step = torch.full((5, 1), 7)
+            at = torch.tensor(lengths)[:, None]
+            wide = torch.cat([mask, torch.ones_like(step)], dim=1)
+            logits = [
+                model(
+                    input_ids=step,
+                    attention_mask=m,
+                    position_ids=at,
+                    **{arg: copy.deepcopy(cache)},
+                ).logits
+                for m in (wide, ragged_attention.step_mask(wide), torch.ones_like(wide))
+            ]
+        assert ragged_attention.step_mask(wide).shape == (5, 1, 1, 13)
+        torch.testing.assert_close(logits[1], logits[0])
+        assert not torch.allclose(logits[2], logits[0])  # the mask matters: padding would show
+    finally:
+        backend.close()
 
 
 def test_the_continuous_decoder_on_chunks_gives_each_row_its_tokens_alone(
