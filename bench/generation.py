@@ -12,11 +12,14 @@ Reported per mode: output tokens/s (generated tokens / first submit to last repl
 short requests' latency p50/p99, the long ones' p50, and the ratios.
 
 The same stream also goes straight into the backend in one process (no broker, no Celery,
-no other process on the cores), at ``--engine-rate``: what the batching itself gives.
+no other process on the cores), at ``--engine-rate``: what the batching itself gives, and
+the output tokens per CPU second the process used (what a token costs, whatever else ran
+on the machine at the time).
 
-Both modes run the worker with ``--torch-threads`` (1: the README's advice for CPU hosts; on
-this 2-core machine, shared with the broker, dispatcher and client, a second intra-op thread
-made static 18% slower and continuous slower still: a step waits for its slowest thread).
+Both modes, in the worker and alone, run with ``--torch-threads`` (1: the README's advice
+for CPU hosts; on this 2-core machine, shared with the broker, dispatcher and client, a
+second intra-op thread made static 18% slower and continuous slower still: a step waits for
+its slowest thread).
 
     python -m bench.generation [--requests 1200] [--rate 200] [--engine-rate 400] [--slots 64]
 """
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import torch
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -63,6 +67,7 @@ class Run:
     errors: int
     cpu_s: dict[str, float]  # CPU seconds per process while it ran
     legs: dict[str, list[float]]  # the short requests' timings as their replies say, ms
+    process_cpu_s: float = 0.0  # the engine alone: CPU seconds of its process
 
     @property
     def tokens_per_s(self) -> float:
@@ -140,11 +145,15 @@ def _stamp(arrived: dict[int, float], i: int) -> Callable[[Future[Reply]], None]
     return done
 
 
-def engine_alone(mode: str, requests: list[tuple[str, int]], rate: float, rows: int) -> Run:
-    """The same stream straight into the backend in this process (no broker, no Celery):
-    static takes everything waiting as one batch whenever the last one ends (what the worker
-    did); continuous hands each arrival to the decode loop from a thread of its own."""
+def engine_alone(
+    mode: str, requests: list[tuple[str, int]], rate: float, rows: int, torch_threads: int
+) -> Run:
+    """The same stream straight into the backend in this process (no broker, no Celery),
+    with the worker's torch threads: static takes everything waiting as one batch whenever
+    the last one ends (what the worker did); continuous hands each arrival to the decode loop
+    from a thread of its own."""
     continuous = mode == "continuous"
+    torch.set_num_threads(torch_threads)
     backend = GenerationBackend(
         tiny_lm.NAME,
         tiny_lm.ensure(tiny_lm.cache_dir()),
@@ -177,6 +186,7 @@ def engine_alone(mode: str, requests: list[tuple[str, int]], rate: float, rows: 
             time.sleep(max(0.0, next_at - time.perf_counter()))
         arrivals.put(None)
 
+    cpu_before = time.process_time()
     began = time.perf_counter()
     threading.Thread(target=stream, daemon=True).start()
     callers: list[threading.Thread] = []
@@ -196,10 +206,12 @@ def engine_alone(mode: str, requests: list[tuple[str, int]], rate: float, rows: 
             finish(batch)
     for caller in callers:
         caller.join()
+    cpu = time.process_time() - cpu_before
     backend.close()
     short_ms = [(arrived[i] - sent[i]) * 1000 for i, (_, m) in enumerate(requests) if m == SHORT]
     long_ms = [(arrived[i] - sent[i]) * 1000 for i, (_, m) in enumerate(requests) if m == LONG]
-    return Run(mode, max(arrived.values()) - began, tokens[0], short_ms, long_ms, 0, {}, {})
+    wall = max(arrived.values()) - began
+    return Run(mode, wall, tokens[0], short_ms, long_ms, 0, {}, {}, cpu)
 
 
 def report(title: str, runs: list[Run]) -> None:
@@ -234,6 +246,11 @@ def report(title: str, runs: list[Run]) -> None:
                     f"{k} {pct(v, 0.5):.0f}/{pct(v, 0.99):.0f}" for k, v in run.legs.items()
                 )
             )
+    if all(run.process_cpu_s for run in runs):
+        console.print(
+            "  output tokens per CPU second (the process, all its threads): "
+            + ", ".join(f"{r.mode} {r.output_tokens / r.process_cpu_s:,.0f}" for r in runs)
+        )
     static, continuous = runs
     speedup = continuous.tokens_per_s / static.tokens_per_s
     p99_ratio = pct(static.short_ms, 0.99) / pct(continuous.short_ms, 0.99)
@@ -266,7 +283,10 @@ def main(
     finally:
         if started:
             stack.down()
-    engine = [engine_alone(mode, work, engine_rate, rows) for mode in ("static", "continuous")]
+    engine = [
+        engine_alone(mode, work, engine_rate, rows, torch_threads)
+        for mode in ("static", "continuous")
+    ]
     console.print(
         f"{requests} requests, {sum(1 for _, m in work if m == LONG)} of them max_tokens {LONG}, "
         f"the rest {SHORT}; headrace-test-lm (TEST MODEL), CPU"

@@ -142,6 +142,7 @@ class ContinuousDecoder:
         self._joined_at = 0  # the step rows last joined at
         self.steps = 0  # decode steps run (for tests and metrics)
         self.most_rows = 0  # the most rows ever decoded in one step
+        self.cpu_s = 0.0  # CPU seconds the loop's thread has used (what a token costs)
         self._thread = threading.Thread(target=self._loop, name="decode", daemon=True)
         self._thread.start()
 
@@ -208,6 +209,7 @@ class ContinuousDecoder:
 
     # --- the loop -----------------------------------------------------------------------------
     def _loop(self) -> None:
+        started = time.thread_time()
         while True:
             with self._wake:
                 while not self._waiting and not self._live and not self._closed:
@@ -226,6 +228,7 @@ class ContinuousDecoder:
                 log.warning("decode step failed for %d rows: %r", len(self._live), exc)
                 jobs = {live.job for live in self._live} | {job for job, _ in joining}
                 self._fail(jobs, exc)
+            self.cpu_s = time.thread_time() - started
 
     def _joining(self) -> list[tuple[_Job, int]]:
         """The rows to prefill now. A prefill is a forward pass of its own, so rows join a

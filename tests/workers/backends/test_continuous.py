@@ -62,7 +62,7 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     alone = [static.generate([i], [p])[0] for i, p in zip(items, params, strict=True)]
     got: dict[int, list[Generated]] = {}
     decoder = _decoder(continuous)
-    steps_before = decoder.steps
+    steps_before, cpu_before = decoder.steps, decoder.cpu_s
 
     def call(k: int) -> None:  # six callers of five rows each, arriving while others decode
         got[k] = continuous.generate(items[k * 5 : k * 5 + 5], params[k * 5 : k * 5 + 5])
@@ -78,6 +78,7 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     assert decoder.most_rows > 5  # rows of several callers decoded in one step
     # one loop for all: far fewer steps than the rows' tokens one caller at a time
     assert decoder.steps - steps_before < sum(g.completion_tokens for g in alone) / 2
+    assert decoder.cpu_s > cpu_before  # the loop's thread counts what its steps cost
 
 
 def test_joining_rows_are_grouped_by_length_where_the_padding_saved_is_worth_a_pass() -> None:
