@@ -48,6 +48,7 @@ from headrace.workers.backends.base import (
     ModelBackend,
     OnFinished,
 )
+from headrace.workers.cancel_watch import CancelWatch
 from headrace.workers.claims import lost_replies, ref_key, take_from_dead
 from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
 from headrace.workers.reply_delivery import CANCELLED, Delivery, Early, failure
@@ -95,6 +96,8 @@ class BatchContext:
     # held while a batch encodes and computes: batches of one worker take turns at the model
     # (a lock where a worker holds several batches of a model that computes one at a time)
     model_turn: AbstractContextManager[object] = field(default_factory=nullcontext)
+    # one look at Redis for every running generation's cancellations (None: each batch asks)
+    cancels: CancelWatch | None = None
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
@@ -320,13 +323,20 @@ def _generate(
         ctx.sink.send(request.reply_to, delta)
 
     keys = [(i.request.tenant, i.request.request_id) for i, _ in runnable]
+    watched = ctx.cancels.watch(keys) if ctx.cancels is not None else None
 
     def cancelled() -> set[int]:  # cancel stops a running generation early
+        if watched is not None:
+            return watched.cancelled()
         return {row for row, c in enumerate(ctx.ledger.cancelled(keys)) if c}
 
     encoded = [enc for _, enc in runnable]
     streaming = on_delta if any(p.stream for p in params) else None  # else no text per token
-    outputs = backend.generate(encoded, params, streaming, cancelled, on_finished)
+    try:
+        outputs = backend.generate(encoded, params, streaming, cancelled, on_finished)
+    finally:
+        if watched is not None:
+            watched.close()
     results: list[EmbeddingResult | GenerationResult] = [
         _generation_result(enc, o) for enc, o in zip(encoded, outputs, strict=True)
     ]

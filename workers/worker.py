@@ -41,6 +41,7 @@ from headrace.transport.base import Delivered, Reader
 from headrace.usage.meter import UsageMeter
 from headrace.workers import metrics, tasks
 from headrace.workers.batch_runner import BatchContext, ReplySink, run_batch
+from headrace.workers.cancel_watch import CancelWatch
 from headrace.workers.comparisons import Comparisons
 from headrace.workers.delivery_hooks import after_delivery, comparing
 from headrace.workers.ledger import Ledger, ReplyAt
@@ -243,6 +244,9 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     # encoder: a few at once, taking turns at the model (BatchContext.model_turn)
     continuous = getattr(backend, "continuous", False)
     slots = settings.generation_slots if continuous else 1
+    if continuous:  # its batches ask which rows were cancelled through one watch
+        every_s = float(getattr(backend, "cancel_check_s", 0.2))
+        ctx = replace(ctx, cancels=CancelWatch(ledger.cancelled, every_s))
     if spec.task == "embed":
         on_gpu = str(getattr(backend, "device", "cpu")).startswith("cuda")
         slots = settings.encoder_slots or (2 if on_gpu else 1)
@@ -314,6 +318,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         worker.start()
     finally:
         stop.set()
+        if ctx.cancels is not None:
+            ctx.cancels.close()
         try:
             ledger.retire(worker_id, buckets)
         except Exception:

@@ -31,6 +31,7 @@ from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, S
 from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.cancel_watch import CancelWatch
 from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import Ledger
 from headrace.workers.worker import TopicReplySink
@@ -66,7 +67,10 @@ def records(settings: Settings, batch: Batch) -> list[Reply | StreamDelta]:
     return [parse_reply_record(r.value) for r in read_topic(settings, topic)]
 
 
-def test_cancel_stops_a_running_generation(stack: LocalStack, backend: GenerationBackend) -> None:
+@pytest.mark.parametrize("watched", [False, True], ids=["batch-asks", "cancel-watch"])
+def test_cancel_stops_a_running_generation(
+    stack: LocalStack, backend: GenerationBackend, watched: bool
+) -> None:
     prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix)
     ledger = Ledger(connections.redis_client(settings), prefix, 60)
@@ -80,7 +84,15 @@ def test_cancel_stops_a_running_generation(stack: LocalStack, backend: Generatio
     )
     first = (batch.items[0].request.tenant, batch.items[0].request.request_id)
     sink = CancelOnFirstDelta(settings, ledger, first)
-    run_batch(batch, BatchContext(backend=backend, ledger=ledger, sink=sink, worker_id="w"))
+    # a continuous worker's batches ask through one watch for all of them
+    cancels = CancelWatch(ledger.cancelled, backend.cancel_check_s) if watched else None
+    ctx = BatchContext(backend=backend, ledger=ledger, sink=sink, worker_id="w", cancels=cancels)
+    try:
+        run_batch(batch, ctx)
+    finally:
+        if cancels is not None:
+            cancels.close()
+    assert cancels is None or cancels.looks > 0
 
     out = records(settings, batch)
     finals = {r.request_id: r for r in out if isinstance(r, Reply)}
