@@ -17,6 +17,7 @@ longer than with the arrival-order rule.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -53,6 +54,25 @@ def cut_points(lengths: Sequence[int], counts: Sequence[int], overhead_tokens: i
         cuts.append(start[j])
         j = start[j]
     return sorted(cuts)
+
+
+def by_length(items: Sequence[T], lengths: Sequence[int], overhead: int) -> list[list[T]]:
+    """``items`` in groups of similar ``lengths``, longest group first and longest first in
+    each: the groups that make padded tokens plus ``overhead`` per group least
+    (``cut_points``); the continuous decoder prefills its joining rows so."""
+    if not items:
+        return []
+    order = sorted(range(len(items)), key=lambda k: lengths[k])
+    distinct = sorted(set(lengths))
+    counts = Counter(lengths)
+    starts = cut_points(distinct, [counts[n] for n in distinct], overhead)
+    groups: list[list[T]] = []
+    taken = 0
+    for a, b in zip(starts, [*starts[1:], len(distinct)], strict=True):
+        size = sum(counts[n] for n in distinct[a:b])
+        groups.append([items[k] for k in reversed(order[taken : taken + size])])
+        taken += size
+    return groups[::-1]
 
 
 class PackingBatcher(Generic[T]):

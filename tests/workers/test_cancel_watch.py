@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 
 from headrace.ops.localstack import LocalStack
-from headrace.workers.cancel_watch import CancelWatch
+from headrace.workers.cancel_watch import CancelWatch, Key
+from headrace.workers.ledger import Ledger
 from tests.workers.test_ledger import make_ledger
 
 
@@ -20,16 +21,22 @@ def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
     return False
 
 
+def _counted(ledger: Ledger) -> tuple[Callable[[list[Key]], list[bool]], list[int]]:
+    """The ledger's lookup, and the number of keys each call asked for."""
+    lookups: list[int] = []
+
+    def lookup(keys: list[Key]) -> list[bool]:
+        lookups.append(len(keys))
+        return ledger.cancelled(keys)
+
+    return lookup, lookups
+
+
 def test_each_batch_sees_its_own_cancelled_rows_from_one_lookup_for_all(
     stack: LocalStack,
 ) -> None:
     ledger = make_ledger(stack)
-    lookups: list[int] = []
-
-    def lookup(keys: list[tuple[str, str]]) -> list[bool]:
-        lookups.append(len(keys))
-        return ledger.cancelled(keys)
-
+    lookup, lookups = _counted(ledger)
     watch = CancelWatch(lookup, interval_s=0.05)
     try:
         first = watch.watch([("t1", "a"), ("t1", "b"), ("t1", "c")])
@@ -75,13 +82,7 @@ def test_nothing_watched_asks_nothing_and_a_failed_lookup_keeps_the_last_answer(
 
 
 def test_a_batch_reads_memory_not_redis(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
-    lookups: list[int] = []
-
-    def lookup(keys: list[tuple[str, str]]) -> list[bool]:
-        lookups.append(len(keys))
-        return ledger.cancelled(keys)
-
+    lookup, lookups = _counted(make_ledger(stack))
     watch = CancelWatch(lookup, interval_s=0.05)
     try:
         watched = watch.watch([("t", "z")])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from headrace.workers.batcher import DynamicBatcher
-from headrace.workers.packing import PackingBatcher, cut_points
+from headrace.workers.packing import PackingBatcher, by_length, cut_points
 from tests.clock import FakeClock
 
 
@@ -116,3 +116,12 @@ def test_every_item_lands_once_within_budget_whatever_the_mix() -> None:
         assert all(
             len(b) * max(t for _, t in b) <= packer.max_batch_tokens or len(b) == 1 for b in out
         )
+
+
+def test_joining_rows_are_grouped_by_length_where_the_padding_saved_is_worth_a_pass() -> None:
+    names, lengths = ["a", "b", "c", "d", "e"], [3, 40, 4, 41, 3]
+    # longest group first, longest row first in each
+    assert by_length(names, lengths, overhead=8) == [["d", "b"], ["c", "e", "a"]]
+    # a pass that costs more than the padding it saves: one group
+    assert by_length(names, lengths, overhead=500) == [["d", "b", "c", "e", "a"]]
+    assert by_length([], [], overhead=8) == []

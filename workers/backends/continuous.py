@@ -30,15 +30,15 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
-from headrace.workers.packing import cut_points
+from headrace.workers.packing import by_length
 
 
 def _kv_room() -> Any:
@@ -51,7 +51,6 @@ def _kv_room() -> Any:
 log = logging.getLogger(__name__)
 
 OnDelta = Callable[[int, str], None]  # (row, text)
-T = TypeVar("T")
 # What a prefill forward pass costs beyond its tokens, in tokens (a CPU measurement: one
 # pass ~1.5 ms, a prompt token ~0.023 ms): joining rows are grouped by length only where
 # the padding saved is worth another pass
@@ -382,25 +381,6 @@ class ContinuousDecoder:
 
     def _fail_all(self, exc: BaseException) -> None:
         self._fail({live.job for live in self._live} | {job for job, _ in self._waiting}, exc)
-
-
-def by_length(items: Sequence[T], lengths: Sequence[int], overhead: int) -> list[list[T]]:
-    """``items`` in groups of similar ``lengths``, longest group first and longest first in
-    each: the groups that make padded tokens plus ``overhead`` per group least
-    (``packing.cut_points``)."""
-    if not items:
-        return []
-    order = sorted(range(len(items)), key=lambda k: lengths[k])
-    distinct = sorted(set(lengths))
-    counts = Counter(lengths)
-    starts = cut_points(distinct, [counts[n] for n in distinct], overhead)
-    groups: list[list[T]] = []
-    taken = 0
-    for a, b in zip(starts, [*starts[1:], len(distinct)], strict=True):
-        size = sum(counts[n] for n in distinct[a:b])
-        groups.append([items[k] for k in reversed(order[taken : taken + size])])
-        taken += size
-    return groups[::-1]
 
 
 def _column(values: list[int], device: torch.device) -> torch.Tensor:

@@ -14,12 +14,7 @@ import pytest
 
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
-from headrace.workers.backends.continuous import (
-    ContinuousDecoder,
-    Unsupported,
-    by_length,
-    check_layers,
-)
+from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
 from headrace.workers.backends.generation import GenerationBackend
 from tests.tiny_model import load_test_lm
 
@@ -79,15 +74,6 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     # one loop for all: far fewer steps than the rows' tokens one caller at a time
     assert decoder.steps - steps_before < sum(g.completion_tokens for g in alone) / 2
     assert decoder.cpu_s > cpu_before  # the loop's thread counts what its steps cost
-
-
-def test_joining_rows_are_grouped_by_length_where_the_padding_saved_is_worth_a_pass() -> None:
-    names, lengths = ["a", "b", "c", "d", "e"], [3, 40, 4, 41, 3]
-    # longest group first, longest row first in each
-    assert by_length(names, lengths, overhead=8) == [["d", "b"], ["c", "e", "a"]]
-    # a pass that costs more than the padding it saves: one group
-    assert by_length(names, lengths, overhead=500) == [["d", "b", "c", "e", "a"]]
-    assert by_length([], [], overhead=8) == []
 
 
 def test_rows_of_very_different_lengths_prefill_apart_and_keep_their_tokens(
