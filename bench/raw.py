@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from typing import Any, cast
 
@@ -46,9 +47,9 @@ def _part(settings_json: str, groups: Groups, start: Barrier, out: Any) -> None:
     settings = Settings.model_validate_json(settings_json)
     backend = _backend(settings)  # one torch thread: torch_threads is 1 in these settings
     start.wait()
-    began = time.time()
+    began, cpu = time.time(), time.process_time()
     real = _loop(backend, groups)
-    out.put((began, time.time(), real))
+    out.put((began, time.time(), real, time.process_time() - cpu))
 
 
 def split(groups: Groups, parts: int) -> list[Groups]:
@@ -63,9 +64,14 @@ def split(groups: Groups, parts: int) -> list[Groups]:
     return out
 
 
-def parallel_loops(groups: Groups, settings: Settings, processes: int) -> float:
-    """Useful tokens/s of ``processes`` loops running at once, one torch thread each: total
-    real tokens over the span from the first start to the last end."""
+@dataclass(frozen=True)
+class Loops:
+    tokens_per_s: float  # total real tokens over the span from the first start to the last end
+    tokens_per_cpu_s: float  # total real tokens over the loops' CPU seconds (all threads)
+
+
+def parallel_loops(groups: Groups, settings: Settings, processes: int) -> Loops:
+    """``processes`` loops running at once, one torch thread each."""
     ctx = mp.get_context("spawn")
     start = ctx.Barrier(processes)
     out = ctx.Queue()
@@ -76,9 +82,10 @@ def parallel_loops(groups: Groups, settings: Settings, processes: int) -> float:
     ]
     for proc in procs:
         proc.start()
-    results: list[tuple[float, float, int]] = [out.get(timeout=600) for _ in procs]
+    results: list[tuple[float, float, int, float]] = [out.get(timeout=600) for _ in procs]
     for proc in procs:
         proc.join()
     began = min(r[0] for r in results)
     ended = max(r[1] for r in results)
-    return sum(r[2] for r in results) / (ended - began)
+    real = sum(r[2] for r in results)
+    return Loops(real / (ended - began), real / sum(r[3] for r in results))
