@@ -203,6 +203,8 @@ def main(
     unpacked: bool = True,
 ) -> None:
     settings = Settings()
+    # the dispatcher reads every bucket's topic in both lanes, and the ingress topic
+    request_topics = len(settings.buckets) * len(LANES) + 1
     stack = LocalStack(settings)
     started_stack = not stack.is_up()
     if started_stack:
@@ -236,12 +238,8 @@ def main(
         raw_loop = raw.one_loop(groups, settings)
         workers = local_workers(settings.device, settings.torch_threads)
         raw_parallel = raw.parallel_loops(groups, settings, workers) if workers > 1 else None
-        # the dispatcher reads every bucket's topic in both lanes, and the ingress topic
         floor = (
-            (
-                broker_floor.hop_ms(settings, len(settings.buckets) * len(LANES) + 1),
-                broker_floor.hop_ms(settings, 1),
-            )
+            (broker_floor.hop_ms(settings, request_topics), broker_floor.hop_ms(settings, 1))
             if lone
             else None
         )
@@ -330,9 +328,9 @@ def main(
         )
     if floor is not None and legs.overhead_ms:
         request_hop, reply_hop = (pct(hop, 0.5) for hop in floor)
-        topics = len(settings.buckets) * len(LANES) + 1
         table.add_row(
-            f"(e0) the broker alone, one hop p50: request ({topics} topics) / reply (1 topic)",
+            f"(e0) the broker alone, one hop p50: request ({request_topics} topics) / "
+            "reply (1 topic)",
             f"{request_hop:.1f} / {reply_hop:.1f} ms",
         )
         table.add_row(

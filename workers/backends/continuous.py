@@ -272,7 +272,8 @@ class ContinuousDecoder:
         if not keep:
             return
         if len(keep) < len(new):
-            cache, mask = _select(cache, mask, keep)
+            _kv_room().select_rows(cache, keep)
+            mask = mask.index_select(0, torch.tensor(keep, device=mask.device))
             new = [new[k] for k in keep]
         if not self._live:
             _kv_room().hold_all(cache)
@@ -401,21 +402,9 @@ def check_layers(cache: Any) -> None:
         raise Unsupported(f"continuous batching needs DynamicLayer caches, not {kinds}")
 
 
-def _select(cache: Any, mask: torch.Tensor, rows: list[int]) -> tuple[Any, torch.Tensor]:
-    index = torch.tensor(rows, device=mask.device)
-    for layer in cache.layers:
-        layer.keys = layer.keys.index_select(0, index)
-        layer.values = layer.values.index_select(0, index)
-    return cache, mask.index_select(0, index)
-
-
-def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    """``t`` with zeros added before its sequence dimension (the last of a mask, the third of
-    keys and values) up to ``width``."""
-    dim = 1 if t.dim() == 2 else 2
-    missing = width - t.shape[dim]
+def _pad_left(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """``mask`` (``[rows, length]``) with zero columns before it up to ``width``."""
+    missing = width - mask.shape[1]
     if missing <= 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
+        return mask
+    return torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)

@@ -125,6 +125,14 @@ def place(rows: torch.Tensor, part: torch.Tensor, width: int) -> None:
     rows[:, :, width - length : width] = part
 
 
+def select_rows(cache: Any, rows: list[int]) -> None:
+    """Keep only ``rows`` of every layer of a plain (just prefilled) ``cache``, in order."""
+    index = torch.tensor(rows, device=cache.layers[0].keys.device)
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
+
+
 def hold_all(cache: Any) -> None:
     """Make every layer of ``cache`` a ``RoomyLayer`` holding what it holds (copied)."""
     for i, layer in enumerate(cache.layers):

@@ -76,6 +76,25 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     assert decoder.cpu_s > cpu_before  # the loop's thread counts what its steps cost
 
 
+def test_rows_done_at_their_first_token_leave_and_the_rest_keep_their_cache_rows(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    static, continuous = pair
+    # one caller, short prompts: prefilled together; rows 0 and 2 end at the token the
+    # prefill gives them, so the prefill's cache keeps only rows 1 and 3 for decoding (which
+    # rows it keeps: test_kv_room; the test model's tokens barely depend on its cache)
+    texts = [" the water runs", " a cold wind over the hills", " mill", " seven red boats sail"]
+    items = static.encode(texts, [False] * 4)
+    params = [
+        GenerateParams(max_tokens=1 if i % 2 == 0 else 12, temperature=0.9, seed=i)
+        for i in range(4)
+    ]
+    alone = [static.generate([i], [p])[0] for i, p in zip(items, params, strict=True)]
+    together = continuous.generate(items, params)
+    assert [g.completion_tokens for g in together] == [1, 12, 1, 12]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+
+
 def test_rows_of_very_different_lengths_prefill_apart_and_keep_their_tokens(
     pair: tuple[GenerationBackend, GenerationBackend], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ from headrace.workers.backends.kv_room import (
     drop_columns,
     join,
     keep_rows,
+    select_rows,
     stacked,
 )
 
@@ -116,3 +117,15 @@ def test_rows_leaving_make_those_below_move_up_and_columns_drop_without_a_copy()
         got, _ = first.update(step, step)
     assert first._keys is not buffers[0] and got.shape == (2, 2, 3 + 1 + ROOM + 3, 4)
     assert torch.equal(got[:, :, :3], keys[[0, 2]][:, :, 2:])
+
+
+def test_select_rows_keeps_the_rows_asked_for_in_order_in_every_layer() -> None:
+    rows = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 2, 3, 2).contiguous()
+    layers = [DynamicLayer(), DynamicLayer()]
+    for depth, layer in enumerate(layers):
+        layer.update(rows + 10 * depth, -(rows + 10 * depth))
+    cache = SimpleNamespace(layers=layers)
+    select_rows(cache, [1, 3])
+    for depth, layer in enumerate(layers):
+        assert layer.keys[:, 0, 0, 0].tolist() == [1 + 10 * depth, 3 + 10 * depth]
+        assert layer.values[:, 0, 0, 0].tolist() == [-1 - 10 * depth, -3 - 10 * depth]
