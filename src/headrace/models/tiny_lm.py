@@ -32,8 +32,12 @@ Requests arrive on topics, wait in buckets of similar length, and leave as batch
 """
 
 
-def build(directory: Path) -> Path:
-    """Write the test model and tokenizer to ``directory`` (created); return it."""
+def build(directory: Path, initializer_range: float = 0.02) -> Path:
+    """Write the test model and tokenizer to ``directory`` (created); return it.
+
+    ``initializer_range`` is the spread of the drawn weights. At GPT-2's 0.02 (the served test
+    model) a token's next token hardly depends on the tokens before it; tests that must tell
+    one row's context from another's build a copy at a wider spread (``tests/tiny_model``)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -63,6 +67,7 @@ def build(directory: Path) -> Path:
         n_embd=64,
         n_layer=2,
         n_head=4,
+        initializer_range=initializer_range,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,

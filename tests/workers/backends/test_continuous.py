@@ -16,14 +16,19 @@ from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
 from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
 from headrace.workers.backends.generation import GenerationBackend
-from tests.tiny_model import load_test_lm
+from tests.tiny_model import context_lm, load_test_lm
 
 LONG, SHORT = 256, 16
 
 
 @pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[GenerationBackend, GenerationBackend]]:
-    static, continuous = load_test_lm(), load_test_lm(continuous_rows=64)
+def pair(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[GenerationBackend, GenerationBackend]]:
+    # the context-sensitive build: a row decoded with another row's cache gets other tokens
+    model_dir = context_lm(tmp_path_factory.mktemp("lm"))
+    static = load_test_lm(model_dir=model_dir)
+    continuous = load_test_lm(continuous_rows=64, model_dir=model_dir)
     yield static, continuous
     continuous.close()
 
@@ -47,6 +52,26 @@ def _params(count: int) -> list[GenerateParams]:
         )
         for i in range(count)
     ]
+
+
+def test_the_models_next_token_here_depends_on_the_context_before_the_last_token(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    # the premise of the comparisons below: a row given another row's cache would show (the
+    # served test model gives these six prompts two different first tokens)
+    static, _ = pair
+    texts = [
+        " the water runs to the mill",
+        " stones grind the grain at the mill",
+        " a sluice at the head of the mill",
+        " requests arrive on topics and leave as batches for the mill",
+        " the wheel turns the mill",
+        " below the wheel the tailrace carries the water back to the mill",
+    ]
+    items = static.encode(texts, [False] * len(texts))
+    assert len({i.ids[-1] for i in items}) == 1
+    firsts = {static.generate([i], [GenerateParams(max_tokens=1)])[0].token_ids[0] for i in items}
+    assert len(firsts) == len(texts)
 
 
 def test_rows_from_many_callers_get_what_static_batching_gives_them(
@@ -81,8 +106,8 @@ def test_rows_done_at_their_first_token_leave_and_the_rest_keep_their_cache_rows
 ) -> None:
     static, continuous = pair
     # one caller, short prompts: prefilled together; rows 0 and 2 end at the token the
-    # prefill gives them, so the prefill's cache keeps only rows 1 and 3 for decoding (which
-    # rows it keeps: test_kv_room; the test model's tokens barely depend on its cache)
+    # prefill gives them, so the prefill's cache keeps only rows 1 and 3 for decoding: kept
+    # in the wrong order, each would decode on the other's cache and get other tokens
     texts = [" the water runs", " a cold wind over the hills", " mill", " seven red boats sail"]
     items = static.encode(texts, [False] * 4)
     params = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends import ragged_attention
 from headrace.workers.backends.base import Generated
-from tests.tiny_model import load_test_lm
+from tests.tiny_model import context_lm, load_test_lm
 
 
 def test_chunks_cover_every_row_from_the_first_column_any_of_them_uses() -> None:
@@ -98,10 +99,12 @@ def test_a_step_given_the_prepared_mask_computes_what_the_two_dimensional_mask_d
 
 
 def test_the_continuous_decoder_on_chunks_gives_each_row_its_tokens_alone(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(ragged_attention, "CHUNK_ROWS", 4)
-    static, continuous = load_test_lm(), load_test_lm(continuous_rows=64)
+    model_dir = context_lm(tmp_path)  # a row's tokens depend on its own cache rows
+    static = load_test_lm(model_dir=model_dir)
+    continuous = load_test_lm(continuous_rows=64, model_dir=model_dir)
     try:
         assert continuous._model.config._attn_implementation == ragged_attention.NAME
         assert static._model.config._attn_implementation == "sdpa"
