@@ -2,7 +2,9 @@
 another partition's records are read, is fetched again once resumed (kafka-python 3.0.12
 left it out of every fetch: the stall a bulk job's backpressure hit every ~6,000 records).
 A record sent to a topic the producer knows only from its first metadata is acknowledged
-even when a send to a newer topic refreshes the metadata (3.0.12 forgot its leader)."""
+even when a send to a newer topic refreshes the metadata (3.0.12 forgot its leader). A group
+consumer's poll asks its IO thread whether the group coordinator is known only when it is not
+(3.0.12 asked on every poll: a thread hand-off each time)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.transport import open_transport
 from headrace.transport.kafka import clients as kafka_clients
 from headrace.transport.kafka.diagnostics import partition_state
-from headrace.transport.kafka.fixes import resume, track_topic
+from headrace.transport.kafka.fixes import known_coordinator_fast, resume, track_topic
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -111,3 +113,46 @@ def send_to_a_known_then_a_new_topic(track: bool) -> tuple[bool, bool]:
 def test_a_record_for_a_topic_known_only_from_the_first_metadata_leaves(stack: LocalStack) -> None:
     assert send_to_a_known_then_a_new_topic(track=False) == (False, True)  # kafka-python's bug
     assert send_to_a_known_then_a_new_topic(track=True) == (True, True)
+
+
+def test_a_group_consumer_asks_its_io_thread_for_the_coordinator_only_when_it_is_not_known(
+    stack: LocalStack,
+) -> None:
+    settings = Settings(topic_prefix=f"t-coord-{uuid.uuid4().hex[:8]}")
+    topic = f"{settings.topic_prefix}.in"
+    kafka_clients.ensure_topics(settings, [topic], partitions=1)
+    producer = open_transport(settings).writer(10)
+    consumer = kafka_clients.consumer(
+        settings, group_id=f"{settings.topic_prefix}.g", auto_offset_reset="earliest"
+    )
+    known_coordinator_fast(consumer)
+    coordinator = consumer._coordinator
+    asked: list[float] = []
+    lookup = coordinator.ensure_coordinator_ready_async
+
+    async def counted(timeout_ms: float | None = None) -> bool:  # runs on the IO thread
+        asked.append(time.monotonic())
+        return bool(await lookup(timeout_ms))
+
+    coordinator.ensure_coordinator_ready_async = counted
+    tp = TopicPartition(topic, 0)
+    try:
+        consumer.subscribe([topic])
+        producer.send(topic, b"first")
+        producer.flush()
+        assert [r.value for r in poll_for(consumer, tp, 20)] == [b"first"]  # joined, read
+        assert asked, "the first poll did not look the coordinator up"
+        before = len(asked)
+        for _ in range(20):
+            consumer.poll(timeout_ms=10)
+        assert len(asked) == before  # known and connected: asked on the polling thread
+        coordinator.coordinator_dead("lost, in a test")  # as a failed request marks it
+        producer.send(topic, b"second")
+        producer.flush()
+        values = [r.value for r in poll_for(consumer, tp, 20)]
+        assert len(asked) > before  # not known: the IO thread looked it up again
+        assert coordinator.coordinator_id is not None
+        assert b"second" in values
+    finally:
+        consumer.close()
+        producer.close()

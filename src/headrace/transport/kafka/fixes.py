@@ -29,11 +29,24 @@ partition up: they were never read again) and its pause flag (set before the reb
 owner, told that the partition was revoked, never resumed it: seen as a dispatcher holding
 four partitions paused forever after a rebalance, their requests never answered).
 ``start_afresh`` gives such partitions fresh state: not paused, at the committed offset.
+
+**A thread hand-off on every poll to learn what is already known** (kafka-python 3.0.12).
+``poll`` asks the group coordinator object whether the coordinator is known through
+``NetworkSelector.run``: the question is scheduled on the client's IO thread, which is woken
+through its wake socket, and the polling thread blocks on an event until the answer comes
+back, on every poll, though the answer is "yes" but for the moments after a coordinator is
+lost. A sampling profile of the dispatcher under a flood: 12% of its samples in that one
+check. ``known_coordinator_fast`` answers it on the polling thread when the coordinator is
+known and its connection is up (two attribute reads), and asks the IO thread as before
+otherwise (unknown, disconnected: the IO thread looks it up and reconnects). A lone
+request's latency minus compute on the local pipeline, two runs each way: 21.6 and 22.0 ms
+p50 before, 17.5 and 16.6 after (the dispatcher and the client's reply listener both poll).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import TopicPartitionState
@@ -70,3 +83,21 @@ def start_afresh(consumer: KafkaConsumer, partitions: Iterable[TopicPartition]) 
     for tp in partitions:
         if tp in assignment:
             assignment[tp] = TopicPartitionState()
+
+
+def known_coordinator_fast(consumer: KafkaConsumer) -> None:
+    """Let ``consumer``'s polls skip the IO thread when the group coordinator is known and
+    connected (see above). (A consumer without a group never asks.)"""
+    coordinator = getattr(consumer, "_coordinator", None)
+    client: Any = getattr(coordinator, "_client", None)
+    if coordinator is None or not hasattr(client, "connected"):
+        return
+    ask_io_thread = coordinator.ensure_coordinator_ready
+
+    def ensure_coordinator_ready(timeout_ms: float | None = None) -> bool:
+        node = coordinator.coordinator_id
+        if node is not None and client.connected(node):
+            return True
+        return bool(ask_io_thread(timeout_ms))
+
+    coordinator.ensure_coordinator_ready = ensure_coordinator_ready

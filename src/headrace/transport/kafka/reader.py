@@ -87,7 +87,7 @@ class KafkaReader:
         self._consumer = self._new_consumer()
 
     def _new_consumer(self) -> KafkaConsumer:
-        return KafkaConsumer(
+        consumer = KafkaConsumer(
             **consumer_options(
                 self.settings,
                 group_id=self.group_id,
@@ -95,6 +95,8 @@ class KafkaReader:
                 auto_offset_reset="earliest" if self.reset == "beginning" else "latest",
             )
         )
+        fixes.known_coordinator_fast(consumer)
+        return consumer
 
     # --- what to read ----------------------------------------------------------------------
     def subscribe(self, topics: Sequence[str], listener: Rebalance) -> None:
