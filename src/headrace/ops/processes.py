@@ -208,7 +208,8 @@ class Pipeline:
     def start(self) -> Pipeline:
         try:
             for worker in self.workers:
-                worker.start()
+                if not worker.alive():  # add_worker may have started it: a second would leak
+                    worker.start()
             for dispatcher in self.dispatchers:
                 dispatcher.start()
             if self.targets_file is not None:
