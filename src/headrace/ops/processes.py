@@ -70,7 +70,10 @@ class Proc:
         self._ready = threading.Event()
 
     def launch(self) -> Proc:
-        """Start it without waiting for it to be ready."""
+        """Start it without waiting for it to be ready; one already running is left as it is
+        (a second process would replace its handle, and ``stop`` would never reach it)."""
+        if self.alive():
+            return self
         self._ready.clear()
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the reader thread
         self.popen = subprocess.Popen(
@@ -208,8 +211,7 @@ class Pipeline:
     def start(self) -> Pipeline:
         try:
             for worker in self.workers:
-                if not worker.alive():  # add_worker may have started it: a second would leak
-                    worker.start()
+                worker.start()
             for dispatcher in self.dispatchers:
                 dispatcher.start()
             if self.targets_file is not None:
