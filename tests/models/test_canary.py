@@ -1,11 +1,13 @@
 """The canary judge (pure, times given): errors or latency past the rules roll it back;
-health for ``step_s`` moves it up, then promotes it; too few requests decide nothing."""
+health for ``step_s`` moves it up, then promotes it; too few requests decide nothing; the
+judged window never reaches back before the canary was deployed."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from headrace.models.canary import VersionWindow, apply, judge
+from headrace.models import rollout
+from headrace.models.canary import VersionWindow, apply, judge, judged_seconds
 from headrace.models.traffic import Canary, CanaryRules, Shadow, TrafficPolicy
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -58,3 +60,19 @@ def test_apply_moves_promotes_and_rolls_back() -> None:
     rolled = apply(policy, "rollback", later)
     assert rolled.stable == "v1" and rolled.canary is None
     assert apply(policy, "hold", later) == policy
+
+
+def test_the_judged_window_starts_after_the_second_the_canary_was_deployed() -> None:
+    started = canary().model_copy(update={"started_at": T0})
+    at = T0.timestamp()
+    assert judged_seconds(started, at + 0.9) == 0  # its first second: nothing to judge yet
+    assert judged_seconds(started, at + 4.5) == 4
+    assert judged_seconds(started, at + 3600) == int(RULES.window_s)
+    assert judged_seconds(canary(), at + 4.5) == int(RULES.window_s)  # stored before: whole
+    short = VersionWindow(requests=40, errors=8)
+    assert "over 4s" in judge(started, HEALTHY, short, T0, window_s=4)[1]
+
+
+def test_a_deployed_canary_records_when_it_started() -> None:
+    deployed = rollout.canary(TrafficPolicy(stable="v1"), "v2", RULES).canary
+    assert deployed is not None and deployed.started_at == deployed.step_started_at

@@ -22,7 +22,7 @@ import redis
 
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS
-from headrace.models.canary import apply, judge
+from headrace.models.canary import apply, judge, judged_seconds
 from headrace.models.catalog import ModelCatalog
 from headrace.models.registry import registry
 from headrace.models.traffic import TrafficPolicy
@@ -97,12 +97,14 @@ class ModelWatch:
         """Judge a running canary; the policy in force after (the judge's, when it wrote)."""
         if policy is None or policy.canary is None:
             return policy, revision
-        rules = policy.canary.rules
         now = time.time()
-        stable = self.stats.window(policy.stable, now, rules.window_s)
-        trial = self.stats.window(policy.canary.version, now, rules.window_s)
+        seconds = judged_seconds(policy.canary, now)
+        if not seconds:
+            return policy, revision
+        stable = self.stats.window(policy.stable, now, seconds)
+        trial = self.stats.window(policy.canary.version, now, seconds)
         at = datetime.now(UTC)
-        decision, why = judge(policy.canary, stable, trial, at)
+        decision, why = judge(policy.canary, stable, trial, at, seconds)
         if decision == "hold":
             return policy, revision
         new = apply(policy, decision, at)

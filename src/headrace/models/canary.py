@@ -33,24 +33,41 @@ class VersionWindow:
         return self.errors / self.requests if self.requests else 0.0
 
 
+def judged_seconds(canary: Canary, now: float) -> int:
+    """How many whole seconds back from ``now`` (unix time) the judge looks: the rules'
+    window, cut at the canary's deployment (the second it started in is left out, so what a
+    version did before, an earlier canary of it rolled back for one, is never counted
+    against it). 0: nothing to judge yet."""
+    window = max(1, int(canary.rules.window_s))
+    if canary.started_at is None:
+        return window
+    return max(0, min(window, int(now) - int(canary.started_at.timestamp())))
+
+
 def judge(
-    canary: Canary, stable: VersionWindow, trial: VersionWindow, now: datetime
+    canary: Canary,
+    stable: VersionWindow,
+    trial: VersionWindow,
+    now: datetime,
+    window_s: float | None = None,
 ) -> tuple[Decision, str]:
-    """The decision and why, in words."""
+    """The decision and why, in words; ``window_s``: the seconds the windows cover (the
+    rules' window unless cut, see ``judged_seconds``)."""
     rules = canary.rules
+    seen_s = rules.window_s if window_s is None else window_s
     if trial.requests >= rules.min_requests:
         excess = trial.error_rate - stable.error_rate
         if excess > rules.max_error_rate_increase:
             return "rollback", (
                 f"error rate {trial.error_rate:.1%} against stable {stable.error_rate:.1%} "
                 f"(+{excess:.1%} > +{rules.max_error_rate_increase:.1%}) over "
-                f"{rules.window_s:g}s, {trial.requests} requests"
+                f"{seen_s:g}s, {trial.requests} requests"
             )
         if stable.p99_ms and trial.p99_ms and trial.p99_ms > stable.p99_ms * rules.max_p99_ratio:
             return "rollback", (
                 f"p99 {trial.p99_ms:.0f} ms against stable {stable.p99_ms:.0f} ms "
                 f"(x{trial.p99_ms / stable.p99_ms:.2f} > x{rules.max_p99_ratio:g}) over "
-                f"{rules.window_s:g}s"
+                f"{seen_s:g}s"
             )
     at_step_s = (now - canary.step_started_at).total_seconds()
     if at_step_s >= rules.step_s and trial.requests >= rules.min_requests:

@@ -28,7 +28,8 @@ def canary(policy: TrafficPolicy, version: str, rules: CanaryRules) -> TrafficPo
         raise RolloutError("a split is running: roll it back before starting a canary")
     if version == policy.stable:
         raise RolloutError(f"{version} is the stable version already")
-    started = Canary(version=version, rules=rules, step_started_at=datetime.now(UTC))
+    now = datetime.now(UTC)
+    started = Canary(version=version, rules=rules, step_started_at=now, started_at=now)
     return policy.model_copy(update={"canary": started})
 
 

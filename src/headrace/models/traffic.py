@@ -55,6 +55,9 @@ class Canary(_Frozen):
     version: VersionLabel
     step: int = Field(default=0, ge=0)
     step_started_at: AwareDatetime = Field(default_factory=utc_now)
+    # when it was deployed: the judge counts nothing from before (a policy stored without it
+    # is judged over the rules' whole window)
+    started_at: AwareDatetime | None = None
     rules: CanaryRules = CanaryRules()
 
     @property
