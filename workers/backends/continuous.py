@@ -19,9 +19,11 @@ sequence, cancellation (rows end with ``abort``). Its tokens do not depend on wh
 with, up to floating point (padding changes the shapes the kernels see). Deltas and the
 cancellation check happen on the caller's thread, so the loop does no IO.
 
-The cache is transformers' ``DynamicCache``, whose layers each hold ``[rows, heads, length,
+The running rows, their cache and their mask are kept together in ``running_batch.py``. The
+cache is transformers' ``DynamicCache``, whose layers each hold ``[rows, heads, length,
 dim]`` keys and values; a model whose cache has layers of another kind (sliding windows,
-state-space layers) is refused (``Unsupported``) and served one batch at a time.
+state-space layers) is refused (``running_batch.Unsupported``) and served one batch at a
+time.
 """
 
 from __future__ import annotations
@@ -38,15 +40,8 @@ from typing import Any
 import torch
 
 from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
+from headrace.workers.backends.running_batch import RunningBatch, check_layers, select
 from headrace.workers.packing import by_length
-
-
-def _kv_room() -> Any:
-    """The cache layer module (it imports transformers: only once a decoder runs)."""
-    from headrace.workers.backends import kv_room
-
-    return kv_room
-
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +50,6 @@ OnDelta = Callable[[int, str], None]  # (row, text)
 # pass ~1.5 ms, a prompt token ~0.023 ms): joining rows are grouped by length only where
 # the padding saved is worth another pass
 PREFILL_OVERHEAD_TOKENS = 64
-
-
-class Unsupported(RuntimeError):
-    """The model's KV cache cannot be joined and cut row by row."""
 
 
 @dataclass(eq=False)
@@ -130,9 +121,7 @@ class ContinuousDecoder:
         self.max_rows = max_rows
         self.cancel_check_s = cancel_check_s
         self._waiting: deque[tuple[_Job, int]] = deque()
-        self._live: list[_Live] = []
-        self._cache: Any = None
-        self._mask: torch.Tensor | None = None
+        self._running: RunningBatch[_Live] = RunningBatch()
         self._wake = threading.Condition()
         self._closed = False
         self.join_every = join_every
@@ -211,7 +200,7 @@ class ContinuousDecoder:
         started = time.thread_time()
         while True:
             with self._wake:
-                while not self._waiting and not self._live and not self._closed:
+                while not self._waiting and not self._running and not self._closed:
                     self._wake.wait()
                 if self._closed:
                     self._fail_all(RuntimeError("the decoder closed"))
@@ -221,11 +210,11 @@ class ContinuousDecoder:
                 with torch.inference_mode():
                     if joining:
                         self._join(joining)
-                    if self._live:
+                    if self._running:
                         self._step()
             except Exception as exc:  # every row running shared the failed forward pass
-                log.warning("decode step failed for %d rows: %r", len(self._live), exc)
-                jobs = {live.job for live in self._live} | {job for job, _ in joining}
+                log.warning("decode step failed for %d rows: %r", len(self._running), exc)
+                jobs = {live.job for live in self._running.rows} | {job for job, _ in joining}
                 self._fail(jobs, exc)
             self.cpu_s = time.thread_time() - started
 
@@ -233,11 +222,12 @@ class ContinuousDecoder:
         """The rows to prefill now. A prefill is a forward pass of its own, so rows join a
         running batch every ``join_every`` steps, or at once when they would make it grow by
         a quarter or it is empty."""
-        room = self.max_rows - len(self._live)
+        running = len(self._running)
+        room = self.max_rows - running
         if not self._waiting or room <= 0:
             return []
         due = self.steps - self._joined_at >= self.join_every
-        if not (due or not self._live or len(self._waiting) * 4 >= len(self._live)):
+        if not (due or not running or len(self._waiting) * 4 >= running):
             return []
         self._joined_at = self.steps
         return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
@@ -272,47 +262,38 @@ class ContinuousDecoder:
         if not keep:
             return
         if len(keep) < len(new):
-            _kv_room().select_rows(cache, keep)
-            mask = mask.index_select(0, torch.tensor(keep, device=mask.device))
+            mask = select(cache, mask, keep)
             new = [new[k] for k in keep]
-        if not self._live:
-            _kv_room().hold_all(cache)
-            self._cache, self._mask, self._live = cache, mask, new
-            return
-        assert self._mask is not None
-        width = max(self._mask.shape[1], mask.shape[1])
-        _kv_room().join(self._cache, cache, width)
-        self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
-        self._live += new
+        self._running.add(cache, mask, new)
 
     def _step(self) -> None:
         """Cancelled rows leave; one token for every other row; finished rows leave."""
-        for live in self._live:
+        batch = self._running
+        for live in batch.rows:
             if live.row.finish is None and live.index in live.job.cancelled:
                 live.row.end("abort")
                 self._emit(live)
                 live.job.finished(live.index)
         self._leave()
-        if not self._live:
+        if not batch:
             return
-        assert self._mask is not None
-        ids = _column([live.token for live in self._live], self.device)
-        positions = _column([live.position for live in self._live], self.device)
-        mask = torch.cat([self._mask, torch.ones_like(ids)], dim=1)
+        ids = _column([live.token for live in batch.rows], self.device)
+        positions = _column([live.position for live in batch.rows], self.device)
+        mask = batch.next_mask()
         out = self.model(
             input_ids=ids,
             attention_mask=self._step_mask(mask),
             position_ids=positions,
             use_cache=True,
-            **{self.cache_arg: self._cache},
+            **{self.cache_arg: batch.cache},
         )
-        self._cache, self._mask = out[self.cache_arg], mask
+        batch.stepped(out[self.cache_arg], mask)
         self.steps += 1
-        running = [live for live in self._live if live.row.finish is None]
+        running = [live for live in batch.rows if live.row.finish is None]
         self.most_rows = max(self.most_rows, len(running))
         for live in running:
             live.position += 1
-        self._take_all(self._live, out.logits[:, -1, :])
+        self._take_all(batch.rows, out.logits[:, -1, :])
         self._leave()
 
     def _take_all(self, lives: list[_Live], logits: torch.Tensor) -> None:
@@ -351,23 +332,11 @@ class ContinuousDecoder:
         """Cut finished rows out of the running batch once they are a quarter of it (or all
         of it). Cutting moves rows (a copy of each one moved), so until then they ride
         along: fed padding, their outputs ignored, their position held."""
-        keep = [k for k, live in enumerate(self._live) if live.row.finish is None]
-        if len(keep) == len(self._live):
+        rows = self._running.rows
+        keep = [k for k, live in enumerate(rows) if live.row.finish is None]
+        if len(keep) == len(rows) or (keep and (len(rows) - len(keep)) * 4 < len(rows)):
             return
-        if not keep:
-            self._live, self._cache, self._mask = [], None, None
-            return
-        if (len(self._live) - len(keep)) * 4 < len(self._live):
-            return
-        assert self._mask is not None
-        _kv_room().keep_rows(self._cache, keep)  # in place
-        self._mask = self._mask.index_select(0, torch.tensor(keep, device=self._mask.device))
-        self._live = [self._live[k] for k in keep]
-        used = self._mask.sum(dim=0).nonzero()
-        first = int(used[0]) if len(used) else 0
-        if first:  # columns every remaining row has as padding
-            self._mask = self._mask[:, first:]
-            _kv_room().drop_columns(self._cache, first)
+        self._running.keep(keep)
 
     # --- failures -----------------------------------------------------------------------------
     def _fail(self, jobs: set[_Job], exc: BaseException) -> None:
@@ -375,13 +344,14 @@ class ContinuousDecoder:
         bisects its batch as for a static one); the others go on."""
         with self._wake:
             self._waiting = deque((job, i) for job, i in self._waiting if job not in jobs)
-        self._live, self._cache, self._mask = [], None, None
+        self._running.clear()
         for job in jobs:
             job.error = exc
             job.events.put(None)
 
     def _fail_all(self, exc: BaseException) -> None:
-        self._fail({live.job for live in self._live} | {job for job, _ in self._waiting}, exc)
+        jobs = {live.job for live in self._running.rows} | {job for job, _ in self._waiting}
+        self._fail(jobs, exc)
 
 
 def _column(values: list[int], device: torch.device) -> torch.Tensor:
@@ -392,19 +362,3 @@ def _column(values: list[int], device: torch.device) -> torch.Tensor:
 
 def _generated(row: Any) -> Generated:
     return Generated(row.text, row.ids, row.finish or "length", row.prompt_tokens)
-
-
-def check_layers(cache: Any) -> None:
-    """Raise ``Unsupported`` unless every layer of ``cache`` is a plain ``DynamicLayer``."""
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
-        kinds = sorted({type(layer).__name__ for layer in layers or []})
-        raise Unsupported(f"continuous batching needs DynamicLayer caches, not {kinds}")
-
-
-def _pad_left(mask: torch.Tensor, width: int) -> torch.Tensor:
-    """``mask`` (``[rows, length]``) with zero columns before it up to ``width``."""
-    missing = width - mask.shape[1]
-    if missing <= 0:
-        return mask
-    return torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)

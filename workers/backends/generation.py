@@ -32,8 +32,9 @@ from headrace.workers.backends.base import (
     place_on_device,
     warm_each,
 )
-from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
+from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.embedding import pick_device
+from headrace.workers.backends.running_batch import Unsupported, check_layers
 
 log = logging.getLogger(__name__)
 

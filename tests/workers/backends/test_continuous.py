@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
-from headrace.workers.backends.continuous import ContinuousDecoder, Unsupported, check_layers
+from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.generation import GenerationBackend
 from tests.tiny_model import context_lm, load_test_lm
 
@@ -224,13 +223,3 @@ def test_a_failed_step_fails_the_callers_in_it_and_the_loop_goes_on(
         assert ok.completion_tokens == SHORT
     finally:
         decoder.model = failing.model
-
-
-def test_caches_that_cannot_be_cut_by_row_are_refused() -> None:
-    sliding = SimpleNamespace(layers=[type("DynamicSlidingWindowLayer", (), {})()])
-    with pytest.raises(Unsupported, match="DynamicSlidingWindowLayer"):
-        check_layers(sliding)
-    with pytest.raises(Unsupported):
-        check_layers(SimpleNamespace())
-    plain = SimpleNamespace(layers=[type("DynamicLayer", (), {})()])
-    check_layers(plain)
