@@ -49,6 +49,8 @@ class InFlight:
     counted: bool = True  # holds a place under its bucket's in-flight limit
     runner: str | None = None  # the worker computing it, once one has started
     lane: Lane = "online"
+    waiting_since: float | None = None  # its lease first extended: no live worker for it
+    waiting_said: float = 0.0  # when the log last said so
 
 
 @dataclass

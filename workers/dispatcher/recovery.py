@@ -27,6 +27,7 @@ from headrace.workers.health import BucketHealth
 log = logging.getLogger(__name__)
 
 Exhausted = list[tuple[Pending, int]]  # (request given up on, its bucket)
+WAITING_SAID_EVERY_S = 60.0
 
 
 @dataclass
@@ -86,11 +87,33 @@ class Recovery:
                 continue
             if verdict is Lease.extend:
                 flight.lease_deadline = now + flight.lease_s
+                self._say_waiting(batch_id, flight, now, live)
                 continue
             self.flights.take(batch_id)
             log.warning("batch %s ran past its lease (runner %s)", batch_id, flight.runner)
             exhausted += self.redeliver(flight, counted=verdict is Lease.failed)
         return exhausted
+
+    @staticmethod
+    def _say_waiting(
+        batch_id: str, flight: InFlight, now: float, live: Mapping[int, frozenset[str]]
+    ) -> None:
+        """A batch nobody took and no live worker can take: logged at its first extension,
+        then once a minute, with the buckets that do have live workers."""
+        if flight.waiting_since is None:
+            flight.waiting_since = now
+        elif now - flight.waiting_said < WAITING_SAID_EVERY_S:
+            return
+        flight.waiting_said = now
+        log.warning(
+            "batch %s (bucket %d, %d requests) waits %.0fs for a worker: none live for its "
+            "bucket (live workers per bucket: %s)",
+            batch_id,
+            flight.bucket,
+            len(flight.pending),
+            now - flight.waiting_since,
+            {b: len(w) for b, w in sorted(live.items())},
+        )
 
     def redeliver(self, flight: InFlight, counted: bool) -> Exhausted:
         """Send the unanswered requests of ``flight`` again: as they were (``counted``

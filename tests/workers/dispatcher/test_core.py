@@ -4,6 +4,10 @@ shell around it."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Completion, GenerateParams
 from headrace.workers.dispatcher import events as ev
@@ -227,13 +231,22 @@ def test_a_generation_batch_s_lease_counts_the_tokens_it_may_generate() -> None:
     assert ids(again) == ids(first)
 
 
-def test_with_no_live_worker_for_its_bucket_a_lease_waits() -> None:
+def test_with_no_live_worker_for_its_bucket_a_lease_waits_and_the_log_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     rig = Rig(lease_base_s=10)
     rig.workers()
     rig.read(rig.request("r1"))
     of(ev.SendBatch, rig.tick())
     rig.workers({})
-    assert not of(ev.SendBatch, rig.tick(30))
+    with caplog.at_level(logging.WARNING):
+        assert not of(ev.SendBatch, rig.tick(30))
+        for _ in range(10):  # another 100 s: said again once a minute
+            assert not of(ev.SendBatch, rig.tick(10))
+    said = [r.getMessage() for r in caplog.records if "waits" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "(bucket 16, 1 requests) waits 0s for a worker" in said[0]
+    assert "waits 60s" in said[1] and "16: 0" in said[1]
 
 
 def test_a_live_worker_keeps_its_batch_up_to_three_leases() -> None:
