@@ -334,9 +334,11 @@ class ContinuousDecoder:
         along: fed padding, their outputs ignored, their position held."""
         rows = self._running.rows
         keep = [k for k, live in enumerate(rows) if live.row.finish is None]
-        if len(keep) == len(rows) or (keep and (len(rows) - len(keep)) * 4 < len(rows)):
+        if len(keep) == len(rows):
             return
-        self._running.keep(keep)
+        if keep and (len(rows) - len(keep)) * 4 < len(rows):
+            return  # under a quarter finished: they ride along
+        self._running.keep(keep)  # none kept: the batch empties
 
     # --- failures -----------------------------------------------------------------------------
     def _fail(self, jobs: set[_Job], exc: BaseException) -> None:
