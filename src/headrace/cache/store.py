@@ -241,7 +241,9 @@ class TieredCache:
         while not self._stop.is_set():
             pubsub: Any = None
             try:
-                pubsub = self.l2.redis.pubsub(ignore_subscribe_messages=False)  # type: ignore[no-untyped-call]
+                # redis-py types pubsub() in some releases and not in others: Any fits both
+                client: Any = self.l2.redis
+                pubsub = client.pubsub(ignore_subscribe_messages=False)
                 pubsub.subscribe(self.l2.channel)
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=0.2)
