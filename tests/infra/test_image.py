@@ -33,6 +33,13 @@ def copies() -> list[tuple[list[str], str]]:
     return out
 
 
+def install_args() -> list[str]:
+    """The arguments of the Dockerfile's install of the project (its last ``RUN pip install``),
+    relative to the image's working directory."""
+    installs = [line for line in DOCKERFILE.read_text().splitlines() if line.startswith("RUN pip")]
+    return [arg for arg in installs[-1].split()[3:] if arg != "--no-cache-dir"]
+
+
 def torch_spec() -> str:
     match = re.search(r'ARG TORCH_SPEC="([^"]+)"', DOCKERFILE.read_text())
     assert match, "the Dockerfile names the torch it installs"
@@ -55,7 +62,7 @@ def test_the_image_installs_and_every_module_imports(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, torch_spec()], check=True, cwd=tmp_path)
-    subprocess.run([*pip, str(app)], check=True, cwd=tmp_path)
+    subprocess.run([*pip, *install_args()], check=True, cwd=app)
 
     elsewhere = tmp_path / "elsewhere"  # not the repository: only the installed package
     elsewhere.mkdir()
