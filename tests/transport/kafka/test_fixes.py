@@ -2,7 +2,9 @@
 another partition's records are read, is fetched again once resumed (kafka-python 3.0.12
 left it out of every fetch: the stall a bulk job's backpressure hit every ~6,000 records).
 A record sent to a topic the producer knows only from its first metadata is acknowledged
-even when a send to a newer topic refreshes the metadata (3.0.12 forgot its leader). A group
+even when a send to a newer topic refreshes the metadata (3.0.12 forgot its leader). A send
+whose topic a metadata answer drops while it runs is sent once the topic is back (3.0.12
+refused it with ValueError). A group
 consumer's poll asks its IO thread whether the group coordinator is known only when it is not
 (3.0.12 asked on every poll: a thread hand-off each time)."""
 
@@ -18,6 +20,7 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaTimeoutError
+from kafka.partitioner import DefaultPartitioner
 from kafka.structs import TopicPartition
 
 from headrace.config.settings import Settings
@@ -25,7 +28,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.transport import open_transport
 from headrace.transport.kafka import clients as kafka_clients
 from headrace.transport.kafka.diagnostics import partition_state
-from headrace.transport.kafka.fixes import known_coordinator_fast, resume, track_topic
+from headrace.transport.kafka.fixes import known_coordinator_fast, resume, send, track_topic
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -113,6 +116,40 @@ def send_to_a_known_then_a_new_topic(track: bool) -> tuple[bool, bool]:
 def test_a_record_for_a_topic_known_only_from_the_first_metadata_leaves(stack: LocalStack) -> None:
     assert send_to_a_known_then_a_new_topic(track=False) == (False, True)  # kafka-python's bug
     assert send_to_a_known_then_a_new_topic(track=True) == (True, True)
+
+
+def test_a_send_whose_topic_a_metadata_answer_drops_while_it_runs_goes_once_the_topic_is_back(
+    stack: LocalStack,
+) -> None:
+    settings = Settings(topic_prefix=f"t-dropped-{uuid.uuid4().hex[:8]}")
+    topic = f"{settings.topic_prefix}.t"
+    kafka_clients.ensure_topics(settings, [topic], partitions=1)
+    drops: list[str] = []
+
+    class DropMidSend(DefaultPartitioner):  # type: ignore[misc]
+        """Runs inside ``send``, after its metadata check: there the topic goes before the
+        partition is picked, as when a metadata answer asked for before it was tracked
+        lands at that moment (3.0.12's partitioner then raises)."""
+
+        def partition(self, topic: str, *args: Any) -> int:
+            if len(drops) < wanted_drops:
+                drops.append(topic)
+                producer._metadata._partitions.pop(topic, None)
+            return int(super().partition(topic, *args))
+
+    producer = kafka_clients.producer(settings, partitioner=DropMidSend())
+    try:
+        wanted_drops = 1
+        assert producer.partitions_for(topic) == {0}
+        with pytest.raises(ValueError):  # kafka-python's own send
+            producer.send(topic, key=b"k", value=b"plain")
+        assert drops == [topic]
+        drops.clear()
+        future = send(producer, topic, key=b"k", value=b"fixed")
+        assert drops == [topic], "the topic was not dropped mid-send: the test shows nothing"
+        assert future.get(timeout=10).offset == 0  # sent once: the refused one never was
+    finally:
+        producer.close(timeout=5)
 
 
 def test_a_group_consumer_asks_its_io_thread_for_the_coordinator_only_when_it_is_not_known(

@@ -79,7 +79,7 @@ class ReliableProducer:
     ) -> None:
         fixes.track_topic(self.producer, topic)
         try:
-            future = self.producer.send(topic, key=key, value=value, headers=list(headers))
+            future = fixes.send(self.producer, topic, key=key, value=value, headers=list(headers))
         except KafkaError as exc:  # no metadata for the topic within max_block_ms, ...
             raise TransportError(f"cannot send to {topic!r}: {exc!r}") from exc
         self._sent.append(_Sent(topic, key, value, future, headers))

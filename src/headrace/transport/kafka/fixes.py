@@ -21,6 +21,16 @@ bring (seen: a dispatcher's dead letter, sent just before an error reply to a re
 created after the dispatcher started, stayed unanswered until the process ended).
 ``track_topic`` makes the producer track a topic before the first record is sent to it.
 
+**A send refused because a metadata answer dropped its topic mid-way** (kafka-python 3.0.12).
+Tracking a topic is asynchronous (the sender thread adds it on its next turn), so an answer
+to a metadata request made before that can still land, and it replaces what the producer
+knew: the new topic is gone again for a moment. ``send`` checks the topic's metadata, then
+picks a partition from it; an answer landing between the two makes ``send`` raise
+``ValueError`` ("Topic ... not found in ClusterMetadata", or "Partitioner did not assign a
+partition"), the record not taken (seen: a client's first sends to eleven bucket topics in
+a row, one of 2,000 submissions refused, in a CI run). ``send`` below waits for the topic's
+metadata (now tracked, so every later answer has it) and sends again.
+
 **A partition assigned again keeps its old position and pause** (kafka-python 3.0.12). Under
 the eager protocol every partition is revoked before a rebalance, and the Java consumer then
 starts each assigned one afresh at the group's committed offset. 3.0.12 keeps the state of a
@@ -50,6 +60,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import TopicPartitionState
+from kafka.producer.future import FutureRecordMetadata
 from kafka.structs import TopicPartition
 
 
@@ -70,6 +81,23 @@ def track_topic(producer: KafkaProducer, topic: str) -> None:
     tracked = getattr(getattr(producer, "_metadata", None), "_topics", None)
     if sender is not None and tracked is not None and topic not in tracked:
         sender.add_topic(topic)
+
+
+DROPPED_TOPIC_TRIES = 3
+
+
+def send(producer: KafkaProducer, topic: str, **record: Any) -> FutureRecordMetadata:
+    """``producer.send(topic, **record)``, sent again once the topic's metadata is back when a
+    metadata answer dropped the topic while ``send`` ran (see above); ``KafkaTimeoutError``
+    if it is not back within the producer's ``max_block_ms``."""
+    for _ in range(DROPPED_TOPIC_TRIES - 1):
+        try:
+            return producer.send(topic, **record)
+        except ValueError:
+            if topic in producer._metadata.topics():  # refused for another reason
+                raise
+            producer.partitions_for(topic)  # waits for an answer that has it
+    return producer.send(topic, **record)
 
 
 def start_afresh(consumer: KafkaConsumer, partitions: Iterable[TopicPartition]) -> None:
