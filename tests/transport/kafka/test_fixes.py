@@ -85,6 +85,14 @@ def test_a_resumed_partition_is_read_on_from_its_position(stack: LocalStack) -> 
     assert records[0].value == b"busy 10"
 
 
+def one_topic(kind: str) -> tuple[Settings, str]:
+    """Settings with a prefix of their own, and one topic of one partition under it."""
+    settings = Settings(topic_prefix=f"t-{kind}-{uuid.uuid4().hex[:8]}")
+    topic = f"{settings.topic_prefix}.t"
+    kafka_clients.ensure_topics(settings, [topic], partitions=1)
+    return settings, topic
+
+
 def send_to_a_known_then_a_new_topic(track: bool) -> tuple[bool, bool]:
     """A producer whose first metadata knows one topic sends to it, then to a topic created
     after it started: is each record acknowledged within 5 s? The long linger holds the first
@@ -121,9 +129,7 @@ def test_a_record_for_a_topic_known_only_from_the_first_metadata_leaves(stack: L
 def test_a_send_whose_topic_a_metadata_answer_drops_while_it_runs_goes_once_the_topic_is_back(
     stack: LocalStack,
 ) -> None:
-    settings = Settings(topic_prefix=f"t-dropped-{uuid.uuid4().hex[:8]}")
-    topic = f"{settings.topic_prefix}.t"
-    kafka_clients.ensure_topics(settings, [topic], partitions=1)
+    settings, topic = one_topic("dropped")
     drops: list[str] = []
 
     class DropMidSend(DefaultPartitioner):  # type: ignore[misc]
@@ -132,14 +138,13 @@ def test_a_send_whose_topic_a_metadata_answer_drops_while_it_runs_goes_once_the_
         lands at that moment (3.0.12's partitioner then raises)."""
 
         def partition(self, topic: str, *args: Any) -> int:
-            if len(drops) < wanted_drops:
+            if not drops:  # once per send under test
                 drops.append(topic)
                 producer._metadata._partitions.pop(topic, None)
             return int(super().partition(topic, *args))
 
     producer = kafka_clients.producer(settings, partitioner=DropMidSend())
     try:
-        wanted_drops = 1
         assert producer.partitions_for(topic) == {0}
         with pytest.raises(ValueError):  # kafka-python's own send
             producer.send(topic, key=b"k", value=b"plain")
@@ -155,9 +160,7 @@ def test_a_send_whose_topic_a_metadata_answer_drops_while_it_runs_goes_once_the_
 def test_a_group_consumer_asks_its_io_thread_for_the_coordinator_only_when_it_is_not_known(
     stack: LocalStack,
 ) -> None:
-    settings = Settings(topic_prefix=f"t-coord-{uuid.uuid4().hex[:8]}")
-    topic = f"{settings.topic_prefix}.in"
-    kafka_clients.ensure_topics(settings, [topic], partitions=1)
+    settings, topic = one_topic("coord")
     producer = open_transport(settings).writer(10)
     consumer = kafka_clients.consumer(
         settings, group_id=f"{settings.topic_prefix}.g", auto_offset_reset="earliest"
