@@ -15,6 +15,7 @@ from typing import Literal, get_args
 
 Lane = Literal["online", "bulk"]
 LANES: tuple[Lane, ...] = get_args(Lane)
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")  # what Kafka accepts as a topic name
 _REQUEST_TOPIC = re.compile(r"^(?P<prefix>.+)\.requests\.b(?P<bucket>\d+)(?P<bulk>\.bulk)?$")
 
 
@@ -35,6 +36,12 @@ class Topics:
 
     def replies(self, name: str = "default") -> str:
         return f"{self.prefix}.replies.{name}"
+
+    def is_reply_topic(self, topic: str) -> bool:
+        """Whether ``topic`` is one of this prefix's reply topics (``<prefix>.replies.<name>``,
+        a legal Kafka name): the only topics a request's ``reply_to`` may name."""
+        name = topic.removeprefix(f"{self.prefix}.replies.")
+        return name != topic and _TOPIC_NAME.fullmatch(topic) is not None and bool(name)
 
     @property
     def dead_letter(self) -> str:

@@ -6,16 +6,24 @@ A request is answered at most once: an error reply first claims the request in t
 as a worker would. A request a worker holds right now is left to it when the answer may be
 deferred. The records answered here are done only once the broker has acknowledged what
 was sent for them (``deliver``), and their request ids are then marked answered.
+
+No record stops the dispatcher: a send the broker refuses for good (a record past the size
+limit, a topic name it rejects) is logged and dead-lettered instead (a dead letter that is
+itself refused goes again without the record's bytes); a send that may succeed later (a
+timeout, no leader yet) leaves its record undone and is tried again on the next
+``deliver``.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from headrace.connections import REDIS_ERRORS
-from headrace.schemas.messages import RecordRef, Reply
+from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import DeadLetter, RecordRef, Reply
 from headrace.schemas.topics import Topics
-from headrace.transport.base import DeliveryError, Writer
+from headrace.transport.base import DeliveryError, Headers, TransportError, Writer
 from headrace.workers.dispatcher.events import Answer, Forward, RequestKey
 from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
 
@@ -33,10 +41,12 @@ class Answerer:
         self._sent: list[RecordRef] = []  # done once the writer has flushed ...
         # ... and these are then marked answered, with where their replies landed
         self._to_mark: list[tuple[RequestKey, str]] = []
+        self._again: list[Answer | Forward] = []  # a send failed for now: tried again
+        self.refused = 0  # sends the broker refused for good (logged, dead-lettered)
 
     @property
     def pending(self) -> bool:
-        return bool(self._sent or self._to_mark)
+        return bool(self._sent or self._to_mark or self._again)
 
     def answer(self, action: Answer) -> bool:
         """Send what ``action`` asks; False when it was deferred to the worker holding the
@@ -49,41 +59,47 @@ class Answerer:
                 state = ClaimState.fresh
         if state is ClaimState.busy and action.may_defer:
             return False
-        if action.dead_letter is not None:
-            self.writer.send(self.topics.dead_letter, action.dead_letter.model_dump_json().encode())
-        if state in (ClaimState.fresh, ClaimState.cancelled) and action.reply_to is not None:
-            assert action.key is not None
-            tenant, request_id = action.key
-            reply = Reply(
-                request_id=request_id,
-                tenant=tenant,
-                model=action.model,
-                error=action.error,
-                result=action.result,
-                degraded=action.degraded,
-                model_version=action.model_version,
-                cache_tier=action.cache_tier,
-            )
-            try:
-                self.writer.send(
-                    action.reply_to, reply.model_dump_json().encode(), key=request_id.encode()
-                )
-            except Exception:  # an unusable reply_to (bad topic name): the dead letter has it
-                log.exception("could not send error reply to %r", action.reply_to)
-            self._to_mark.append((action.key, action.reply_to))
+        try:
+            if action.dead_letter is not None:
+                self._dead_letter(action.dead_letter)
+                action = replace(action, dead_letter=None)  # not again if the reply waits
+            if state in (ClaimState.fresh, ClaimState.cancelled) and action.reply_to is not None:
+                self._reply(action)
+        except _Later:
+            self._again.append(action)
+            return True
         self._sent.append(action.ref)
         return True
 
     def forward(self, action: Forward) -> None:
         """A copy of a request record to its proper bucket topic; its record here is done
         once the copy is acknowledged (a dispatcher that dies first forwards it again, and
-        the ledger answers the request id once)."""
-        self.writer.send(action.topic, action.value, key=action.key, headers=action.headers)
-        self._sent.append(action.ref)
+        the ledger answers the request id once). A copy the broker refuses for good is
+        dead-lettered."""
+        try:
+            if self._send(action.topic, action.value, action.key, action.headers):
+                self._sent.append(action.ref)
+                return
+        except _Later:
+            self._again.append(action)
+            return
+        letter = DeadLetter.of(
+            action.value,
+            source=action.ref,
+            code=ErrorCode.request_too_large,
+            reason=f"could not be forwarded to {action.topic}",
+        )
+        self.answer(Answer(ref=action.ref, error=None, dead_letter=letter))
 
     def deliver(self) -> list[RecordRef]:
-        """Flush; the records whose answers the broker acknowledged (none if it failed:
-        they are tried again on the next call)."""
+        """Send again what failed for now, then flush; the records whose answers the broker
+        acknowledged (none if it failed: they are tried again on the next call)."""
+        again, self._again = self._again, []
+        for action in again:
+            if isinstance(action, Forward):
+                self.forward(action)
+            else:
+                self.answer(replace(action, may_defer=False))
         if not self._sent and not self._to_mark:
             return []
         try:
@@ -105,3 +121,55 @@ class Answerer:
                 log.warning("answered marks wait for Redis", exc_info=True)
         done, self._sent = self._sent, []
         return done
+
+    # --- sends ----------------------------------------------------------------------------
+    def _reply(self, action: Answer) -> None:
+        assert action.key is not None and action.reply_to is not None
+        tenant, request_id = action.key
+        reply = Reply(
+            request_id=request_id,
+            tenant=tenant,
+            model=action.model,
+            error=action.error,
+            result=action.result,
+            degraded=action.degraded,
+            model_version=action.model_version,
+            cache_tier=action.cache_tier,
+        )
+        value = reply.model_dump_json().encode()
+        if self._send(action.reply_to, value, request_id.encode()):
+            self._to_mark.append((action.key, action.reply_to))
+
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        topic = self.topics.dead_letter
+        if self._send(topic, letter.model_dump_json().encode()):
+            return
+        bare = letter.model_copy(update={"original": "", "original_truncated": True})
+        if not self._send(topic, bare.model_dump_json().encode()):
+            log.error("dead letter for %s refused even without its record", letter.source)
+
+    def _send(
+        self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
+    ) -> bool:
+        """Send one record: True if it went, False if the broker (or its client) refused
+        it for good; raises ``_Later`` when it may go later."""
+        try:
+            self.writer.send(topic, value, key=key, headers=headers)
+        except TransportError as exc:
+            if exc.retriable:
+                log.warning("send to %r failed for now (%s); trying again", topic, exc)
+                raise _Later from exc
+            self._refused(topic, len(value), exc)
+            return False
+        except Exception as exc:  # the client refused it before the broker saw it
+            self._refused(topic, len(value), exc)
+            return False
+        return True
+
+    def _refused(self, topic: str, size: int, exc: BaseException) -> None:
+        self.refused += 1
+        log.warning("send of %d bytes to %r refused: %r", size, topic, exc)
+
+
+class _Later(Exception):
+    """A send failed in a way that may pass: the action is tried again."""

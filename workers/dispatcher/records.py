@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from cachetools import FIFOCache
@@ -80,11 +81,50 @@ class RecordsIn:
             if self._skipped(partition, records, out):
                 continue
             parsed = [parse_request(r.value, self.config.max_request_bytes) for r in records]
-            requests = [p for p in parsed if isinstance(p, Request)]
-            counts = iter(self.count_tokens([r.input for r in requests]) if requests else [])
-            for record, request in zip(records, parsed, strict=True):
-                counted = next(counts) if isinstance(request, Request) else 0
-                self._record(record, request, counted, wall_time, out, answered)
+            counts = self._counts(parsed)
+            for record, request, counted in zip(records, parsed, counts, strict=True):
+                try:
+                    self._record(record, request, counted, wall_time, out, answered)
+                except Exception as exc:  # one record never stops the dispatcher
+                    log.exception("record %s:%d@%d failed", *record.tp, record.offset)
+                    self._failed(record, exc, out)
+
+    def _counts(self, parsed: list[Request | Rejection]) -> list[int]:
+        """Each request's tokens (0 for a rejection), counted together; if that raises, one
+        at a time, and a request whose count raises becomes a rejection in ``parsed``."""
+        inputs = [p.input for p in parsed if isinstance(p, Request)]
+        try:
+            counted = iter(self.count_tokens(inputs) if inputs else [])
+            return [next(counted) if isinstance(p, Request) else 0 for p in parsed]
+        except Exception:
+            log.warning("counting %d requests together failed; one at a time", len(inputs))
+        counts = []
+        for k, p in enumerate(parsed):
+            if not isinstance(p, Request):
+                counts.append(0)
+                continue
+            try:
+                counts.append(self.count_tokens([p.input])[0])
+            except Exception as exc:
+                message = f"its input could not be tokenized: {type(exc).__name__}"
+                parsed[k] = Rejection(
+                    ErrorCode.invalid_schema, message, p.reply_to, p.request_id, p.tenant, p.model
+                )
+                counts.append(0)
+        return counts
+
+    def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:
+        """A record the core raised on: dead-lettered (``internal``), answered where it names
+        a reply topic and a request id, and the rest of the poll goes on."""
+        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
+        self.flights.tracker.track(record.tp, ref.offset)
+        why = Rejection(ErrorCode.internal, f"the dispatcher failed on it: {type(exc).__name__}")
+        parsed = parse_request(record.value, self.config.max_request_bytes)
+        if isinstance(parsed, Request):
+            why = replace(why, reply_to=parsed.reply_to, request_id=parsed.request_id)
+            why = replace(why, tenant=parsed.tenant, model=parsed.model)
+        self.stats.malformed += 1
+        out.append(self.refusals.malformed(record.value, ref, why))
 
     def _skipped(
         self, partition: Partition, records: Sequence[Record], out: list[ev.Action]
@@ -110,6 +150,9 @@ class RecordsIn:
         ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
         self.flights.tracker.track(record.tp, ref.offset)
         self.stats.records += 1
+        if isinstance(parsed, Request) and not self.topics.is_reply_topic(parsed.reply_to):
+            message = f"reply_to {parsed.reply_to!r} is not a reply topic of this pipeline"
+            parsed = Rejection(ErrorCode.invalid_schema, message, tenant=parsed.tenant)
         if isinstance(parsed, Rejection):
             self._reject(record, ref, parsed, out)
             return
@@ -171,6 +214,8 @@ class RecordsIn:
         self.stats.malformed += 1
         self.observer.record(why.code.value)
         log.warning("dead letter %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, why.message)
+        if why.reply_to is not None and not self.topics.is_reply_topic(why.reply_to):
+            why = replace(why, reply_to=None)  # answered only on this pipeline's reply topics
         out.append(self.refusals.malformed(record.value, ref, why))
 
     def _admit(

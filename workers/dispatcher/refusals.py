@@ -54,12 +54,7 @@ class Refusals:
 
     def malformed(self, raw: bytes, ref: RecordRef, why: Rejection) -> Answer:
         info = ErrorInfo(code=why.code, message=why.message)
-        letter = DeadLetter(
-            source=ref,
-            code=info.code,
-            reason=info.message,
-            original=raw.decode("utf-8", errors="replace"),
-        )
+        letter = DeadLetter.of(raw, source=ref, code=info.code, reason=info.message)
         readable = why.reply_to is not None and why.request_id is not None
         return Answer(
             ref=ref,
@@ -107,8 +102,8 @@ class Refusals:
         request, ref = pending.item.request, pending.item.ref
         message = exhausted_message(pending)
         info = ErrorInfo(code=ErrorCode.redelivery_exhausted, message=message)
-        letter = DeadLetter(
-            source=ref, code=info.code, reason=message, original=request.model_dump_json()
+        letter = DeadLetter.of(
+            request.model_dump_json().encode(), source=ref, code=info.code, reason=message
         )
         self._deferrable[ref_key(ref)] = Deferrable("requeue", request, bucket, pending=pending)
         return _answer(request, ref, info, dead_letter=letter)

@@ -23,7 +23,13 @@ Headers = tuple[tuple[str, bytes], ...]  # Kafka record headers, in order
 
 
 class TransportError(RuntimeError):
-    """The broker could not be reached, or refused what was asked of it."""
+    """The broker could not be reached, or refused what was asked of it. ``retriable``:
+    the same call may succeed later (a timeout, no leader yet); False for a refusal that
+    will not change (a record over the size limit, an invalid topic name)."""
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class DeliveryError(TransportError):

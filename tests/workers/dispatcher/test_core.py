@@ -4,7 +4,10 @@ shell around it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -12,7 +15,7 @@ from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Completion, GenerateParams
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.health import HealthPolicy
-from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of, ref
+from tests.workers.dispatcher.rig import MODEL, TOPICS, Rig, count_words, ids, of, ref
 
 P16 = (TOPICS.requests(16), 0)
 
@@ -141,6 +144,71 @@ def test_a_record_of_the_wrong_schema_is_answered_where_it_says() -> None:
     [answer] = of(ev.Answer, rig.read(rig.raw(raw)))
     assert answer.error.code is ErrorCode.invalid_schema
     assert (answer.reply_to, answer.key) == ("t.replies.default", ("acme", "x1"))
+
+
+def test_a_request_whose_reply_to_is_no_reply_topic_of_the_pipeline_is_never_answered_there() -> (
+    None
+):
+    rig = Rig()
+    for name in ("a b", "t.requests.b16", "other.replies.default", "t.replies."):
+        doc = {"request_id": "x1", "tenant": "acme", "model": MODEL, "input": "hi"}
+        raw = json.dumps({**doc, "reply_to": name}).encode()
+        [answer] = of(ev.Answer, rig.read(rig.raw(raw)))
+        assert answer.reply_to is None, name
+        assert answer.error is not None and answer.error.code is ErrorCode.invalid_schema
+        assert answer.dead_letter is not None and name in answer.dead_letter.original
+    assert not of(ev.SendBatch, rig.tick(1))
+
+
+def test_a_dead_letter_keeps_a_bounded_start_of_its_record_and_names_the_whole() -> None:
+    rig = Rig()
+    raw = bytes(range(32)) * 10_000  # 320 KB of control bytes: 1.9 MB as escaped JSON
+    [answer] = of(ev.Answer, rig.read(rig.raw(raw)))
+    letter = answer.dead_letter
+    assert letter is not None and letter.original_truncated
+    assert (letter.original_bytes, letter.original_sha256) == (
+        len(raw),
+        hashlib.sha256(raw).hexdigest(),
+    )
+    assert len(letter.model_dump_json()) < 200_000
+
+
+def test_a_record_the_core_raises_on_is_dead_lettered_and_the_rest_of_the_poll_goes_on() -> None:
+    def count(texts: list[str]) -> list[int]:
+        if any("boom" in t for t in texts):
+            raise RuntimeError("tokenizer fell over")
+        return count_words(texts)
+
+    rig = Rig()
+    rig.core.records_in.count_tokens = count
+    rig.workers()
+    out = rig.read(rig.request("r1"), rig.request("bad", input="boom boom"), rig.request("r2"))
+    [answer] = of(ev.Answer, out)
+    assert answer.key == ("acme", "bad") and answer.dead_letter is not None
+    [send] = of(ev.SendBatch, out + rig.tick())
+    assert ids(send) == ["r1", "r2"]
+
+
+def test_a_record_a_later_step_raises_on_is_dead_lettered_as_internal_and_others_go_on() -> None:
+    rig = Rig()
+    refusal = rig.core.records_in.quotas.refusal
+
+    def raising(tenant: str, *args: Any) -> Any:
+        if tenant == "evil":
+            raise KeyError(tenant)
+        return refusal(tenant, *args)
+
+    rig.core.records_in.quotas.refusal = raising  # type: ignore[method-assign]
+    rig.workers()
+    out = rig.read(rig.request("r1"), rig.request("x", tenant="evil"), rig.request("r2"))
+    [answer] = of(ev.Answer, out)
+    assert answer.error is not None and answer.error.code is ErrorCode.internal
+    assert (answer.key, answer.reply_to) == (("evil", "x"), "t.replies.default")
+    [send] = of(ev.SendBatch, out + rig.tick())
+    assert ids(send) == ["r1", "r2"]
+    rig.delivered(answer)
+    rig.complete(send)
+    assert committed(rig.tick(0.2)) == 3
 
 
 def test_an_expired_request_is_answered_unless_a_worker_holds_it() -> None:

@@ -233,7 +233,13 @@ def test_a_request_longer_than_its_bucket_is_forwarded_with_its_key(rig: Rig) ->
 
 
 def test_the_unbucketed_topic_is_read_and_forwarded(rig: Rig) -> None:
-    request = Request(request_id="plain", tenant="acme", model=MODEL, input="short", reply_to="r")
+    request = Request(
+        request_id="plain",
+        tenant="acme",
+        model=MODEL,
+        input="short",
+        reply_to=rig.topics.replies(),
+    )
     rig.writer.send(rig.topics.ingress, request.model_dump_json().encode(), key=b"plain")
     rig.writer.flush()
     rig.until(lambda: len(list(rig.transport.scan(rig.topics.requests(16)))) == 1)

@@ -81,7 +81,8 @@ class ReliableProducer:
         try:
             future = fixes.send(self.producer, topic, key=key, value=value, headers=list(headers))
         except KafkaError as exc:  # no metadata for the topic within max_block_ms, ...
-            raise TransportError(f"cannot send to {topic!r}: {exc!r}") from exc
+            retriable = bool(getattr(exc, "retriable", False)) or isinstance(exc, KafkaTimeoutError)
+            raise TransportError(f"cannot send to {topic!r}: {exc!r}", retriable=retriable) from exc
         self._sent.append(_Sent(topic, key, value, future, headers))
         if len(self._sent) >= PRUNE_AT:  # callers that rarely flush: forget the delivered
             self._sent = [s for s in self._sent if not _surely_stored(s)]
