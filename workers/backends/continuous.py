@@ -90,9 +90,10 @@ class _Live:
 
 class ContinuousDecoder:
     """``model``: a causal LM in eval mode; ``advance(row, token)`` appends a sampled token
-    to a row and decides whether it finished (``GenerationBackend._advance``);
-    ``new_row(params, prompt_tokens, streams)`` makes a row's state (``row.end(reason)``
-    ends it); ``sample(logits, params, generator)`` picks a token."""
+        to a row and decides whether it finished (``GenerationBackend._advance``);
+        ``new_row(params, prompt_tokens, streams)`` makes a row's state (``row.end(reason)``
+        ends it); ``choose(logits, params, generators)`` picks every row's token on the device
+    (``sampling.choose_tokens``): a step copies its tokens to the host once."""
 
     def __init__(
         self,
@@ -100,7 +101,7 @@ class ContinuousDecoder:
         *,
         new_row: Callable[[Sampling, int, bool], Any],
         advance: Callable[[Any, int], None],
-        sample: Callable[[torch.Tensor, Sampling, Any], int],
+        choose: Callable[[torch.Tensor, Sequence[Sampling], Sequence[Any]], torch.Tensor],
         pad_id: int,
         device: torch.device,
         context: int,
@@ -113,7 +114,7 @@ class ContinuousDecoder:
         self.model = model
         self._new_row = new_row
         self._advance = advance
-        self._sample = sample
+        self._choose = choose
         self.pad_id = pad_id
         self.device = device
         self.context = context
@@ -297,17 +298,13 @@ class ContinuousDecoder:
         self._leave()
 
     def _take_all(self, lives: list[_Live], logits: torch.Tensor) -> None:
-        """Each row's next token: the batch's argmax for greedy rows (one call for all),
-        its own sampling for the others."""
-        greedy = logits.argmax(dim=-1).tolist()
-        for k, live in enumerate(lives):
-            row = live.row
-            if row.finish is not None:  # finished at an earlier step, not yet cut out
-                continue
-            if row.params.temperature == 0.0:
-                self._take(live, greedy[k])
-            else:
-                self._take(live, self._sample(logits[k], row.params, row.generator))
+        """Each row's next token, chosen for all rows at once on the device and copied to
+        the host once (``choose``)."""
+        rows = [live.row for live in lives]
+        chosen = self._choose(logits, [r.params for r in rows], [r.generator for r in rows])
+        for live, token in zip(lives, chosen.tolist(), strict=True):
+            if live.row.finish is None:  # else finished at an earlier step, not yet cut out
+                self._take(live, token)
 
     def _take(self, live: _Live, token: int) -> None:
         """Give the row its next token; it finishes on a stop, at max_tokens, or where the

@@ -3,11 +3,13 @@ optionally L2-normalised (all-MiniLM-L6-v2's recipe)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer
 
@@ -44,6 +46,24 @@ def encode_texts(
         else:
             items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
     return items
+
+
+def padded_batch(
+    items: Sequence[EncodedItem], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The batch's ids right-padded to its longest row and their attention mask, built in
+    one shot (no per-row tensor: a 200-row batch made ~2,000 small torch calls), and its
+    real tokens."""
+    lengths = np.fromiter((len(item.ids) for item in items), dtype=np.int64, count=len(items))
+    flat = np.fromiter(
+        itertools.chain.from_iterable(item.ids for item in items),
+        dtype=np.int64,
+        count=int(lengths.sum()),
+    )
+    mask = np.arange(int(lengths.max()))[None, :] < lengths[:, None]
+    ids = np.full(mask.shape, pad_id, dtype=np.int64)
+    ids[mask] = flat  # row by row, left to right: each row's ids, then its padding
+    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64)), len(flat)
 
 
 class EmbeddingBackend:
@@ -120,19 +140,21 @@ class EmbeddingBackend:
     ) -> tuple[list[list[float]], int, int]:
         if any(item.too_long for item in items):
             raise ValueError("too_long items cannot be embedded")
-        longest = max(len(item.ids) for item in items)
-        ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(items), longest), dtype=torch.long)
-        for i, item in enumerate(items):
-            ids[i, : len(item.ids)] = torch.tensor(item.ids, dtype=torch.long)
-            mask[i, : len(item.ids)] = 1
-        pooled = self._forward(ids.to(self.device), mask.to(self.device), normalize=False)
+        ids, mask, real = padded_batch(items, self.pad_id)
+        pooled = self._forward(self._to_device(ids), self._to_device(mask), normalize=False)
         normalize = [n and self.normalizes for n in normalize]
         if any(normalize):
             flags = torch.tensor(normalize, device=pooled.device).unsqueeze(1)
             pooled = torch.where(flags, torch.nn.functional.normalize(pooled, dim=1), pooled)
-        real = int(mask.sum())
-        return pooled.float().cpu().tolist(), real, len(items) * longest
+        # one copy to the host, as one float32 array, then one conversion
+        vectors: list[list[float]] = pooled.float().cpu().numpy().tolist()
+        return vectors, real, ids.numel()
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """On CUDA through pinned memory, without waiting for the copy."""
+        if self.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
         with torch.inference_mode():

@@ -35,6 +35,7 @@ from headrace.workers.backends.base import (
 from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.embedding import pick_device
 from headrace.workers.backends.running_batch import Unsupported, check_layers
+from headrace.workers.backends.sampling import choose_tokens
 
 log = logging.getLogger(__name__)
 
@@ -100,19 +101,6 @@ def encode_prompts(
     return items
 
 
-def sample(logits: torch.Tensor, params: Sampling, generator: torch.Generator | None) -> int:
-    """One token from a row's last logits: argmax at temperature 0, else nucleus sampling."""
-    if params.temperature == 0.0:
-        return int(torch.argmax(logits).item())
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
-    if params.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        sorted_probs[before >= params.top_p] = 0.0  # keep the smallest set reaching top_p
-        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-    return int(torch.multinomial(probs, 1, generator=generator).item())
-
-
 def _detokenizer(tokenizer: Any) -> Callable[[list[int]], str]:
     """The tokenizer's ``decode(ids, skip_special_tokens=True)``, straight from its Rust
     backend where it has one and no clean-up of spaces applies (a row is decoded again at
@@ -152,6 +140,8 @@ class GenerationBackend:
         self.eos_id = int(self.tokenizer.eos_token_id)
         self._model: Any = None
         self._cache_arg = "past_key_values"
+        # a decode step's [rows, columns] mask as the model takes it (None: as it is)
+        self._step_mask: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._weights_bytes = 0
         self.continuous_rows = continuous_rows
         self.decoder: ContinuousDecoder | None = None
@@ -178,9 +168,28 @@ class GenerationBackend:
         # ``past_key_values``
         forward = inspect.signature(self._model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
+        self._choose_attention()
         if self.continuous_rows is not None:
             self.decoder = self._continuous_decoder(self.continuous_rows)
         self.timings.build_s = time.perf_counter() - start
+
+    def _choose_attention(self) -> None:
+        """The attention kernel, on purpose. On CUDA, not cuDNN's SDPA: it builds a plan for
+        every new KV length, one per decode step (19 ms a call on the test LM on an H200;
+        turning it off made continuous generation 5x faster), so SDPA picks flash or
+        memory-efficient attention. On CPU, decode steps skip the padding columns they can
+        (``ragged_attention``; on a GPU masked columns cost less than the extra kernels).
+        On SDPA a decode step hands the model its mask prepared (4D boolean): from a 2D one
+        transformers builds it again and asks whether it is all ones, a wait for the device
+        at every step."""
+        from headrace.workers.backends import ragged_attention
+
+        sdpa = getattr(self._model.config, "_attn_implementation", None) == "sdpa"
+        if self.device.type == "cuda":
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        elif sdpa:
+            ragged_attention.use_for(self._model)
+        self._step_mask = ragged_attention.step_mask if sdpa else None
 
     def _continuous_decoder(self, max_rows: int) -> ContinuousDecoder | None:
         with torch.inference_mode():
@@ -191,23 +200,20 @@ class GenerationBackend:
         except Unsupported as exc:
             log.warning("%s: %s; batches are decoded one at a time", self.name, exc)
             return None
-        from headrace.workers.backends import ragged_attention
-
-        ragged = ragged_attention.use_for(self._model)  # decode steps skip the padding they can
         return ContinuousDecoder(
             self._model,
             new_row=lambda params, prompt_tokens, streams: _Row(
                 params, prompt_tokens, self._generator(params.seed), self._text_of, streams
             ),
             advance=self._advance,
-            sample=sample,
+            choose=choose_tokens,
             pad_id=self.pad_id,
             device=self.device,
             context=self.max_tokens,
             cache_arg=self._cache_arg,
             max_rows=max_rows,
             cancel_check_s=self.cancel_check_s,
-            step_mask=ragged_attention.step_mask if ragged else None,
+            step_mask=self._step_mask,
         )
 
     def close(self) -> None:
@@ -271,9 +277,11 @@ class GenerationBackend:
             _Row(p, len(item.ids), self._generator(p.seed), self._text_of, on_delta is not None)
             for item, p in zip(items, params, strict=True)
         ]
+        generators = [row.generator for row in rows]
         steps = min(max(p.max_tokens for p in params), self.max_tokens - longest)
         cache: Any = None
         checked = time.monotonic()
+        step_mask = mask  # the prefill's is 2D; decode steps', prepared where the model takes it
         for _ in range(steps):
             if cancelled is not None and time.monotonic() - checked >= self.cancel_check_s:
                 checked = time.monotonic()
@@ -284,26 +292,27 @@ class GenerationBackend:
                 break
             out = self._model(
                 input_ids=ids,
-                attention_mask=mask,
+                attention_mask=step_mask,
                 position_ids=positions,
                 use_cache=True,
                 **{self._cache_arg: cache},
             )
             cache = out[self._cache_arg]
-            logits = out.logits[:, -1, :]
-            chosen = []
+            # every row's token on the device, then one copy to the host for the step
+            chosen = choose_tokens(out.logits[:, -1, :], params, generators)
+            tokens = chosen.tolist()
             for i, row in enumerate(rows):
                 if row.finish is None:
-                    self._advance(row, sample(logits[i], row.params, row.generator))
-                chosen.append(row.ids[-1] if row.ids else self.pad_id)
+                    self._advance(row, tokens[i])
                 if on_delta is not None:
                     delta = row.pending_delta()
                     if delta:
                         on_delta(i, delta)
             if all(row.finish for row in rows):
                 break
-            ids = torch.tensor(chosen, dtype=torch.long, device=self.device)[:, None]
+            ids = chosen[:, None]  # finished rows ride along; their outputs are not read
             mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+            step_mask = mask if self._step_mask is None else self._step_mask(mask)
             positions = positions[:, -1:] + 1
         for i, row in enumerate(rows):
             if row.finish is None:

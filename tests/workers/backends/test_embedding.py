@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+import torch
 
 from headrace.workers.backends.embedding import EmbeddingBackend
 from tests.models.loaded import loaded_minilm
@@ -52,3 +55,20 @@ def test_normalize_flag_is_per_row(backend: EmbeddingBackend) -> None:
     norms = [sum(x * x for x in v) ** 0.5 for v in vectors]
     assert norms[0] == pytest.approx(1.0, abs=1e-4)
     assert norms[1] != pytest.approx(1.0, abs=1e-2)
+
+
+def test_a_batch_is_built_without_a_tensor_per_row(
+    backend: EmbeddingBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded = backend.encode(TEXTS * 20, [False] * len(TEXTS) * 20)
+    made: list[int] = []
+    real_tensor = torch.tensor
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Tensor:
+        made.append(1)
+        return real_tensor(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", counted)
+    vectors, real, _ = backend.embed(encoded, [True] * len(encoded))
+    assert len(vectors) == len(encoded) and real == sum(len(e.ids) for e in encoded)
+    assert len(made) <= 1, f"{len(made)} tensors for {len(encoded)} rows"  # the normalize flags

@@ -1,0 +1,113 @@
+"""Choosing every row's token on the device (``sampling.choose_tokens``), and the guard that a
+decode step waits for the device at most once: the static and the continuous decoder are run
+under a torch function mode that counts every call that copies a tensor's values to the host
+(``item``, ``tolist``, ``cpu``, ``numpy``, ``int()``/``bool()`` of a tensor). On CPU no
+copy happens, but the calls are the same ones that wait for a GPU."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from headrace.schemas.messages import GenerateParams
+from headrace.workers.backends.generation import GenerationBackend
+from headrace.workers.backends.sampling import choose_tokens
+from tests.tiny_model import load_test_lm
+
+HOST_COPIES = ("item", "tolist", "cpu", "numpy", "__int__", "__bool__", "__float__", "__index__")
+
+
+@pytest.fixture
+def host_copies(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts calls of the methods in ``HOST_COPIES`` on any thread (the continuous decoder
+    runs on its own; torch function modes are per thread), by name."""
+    calls: Counter[str] = Counter()
+    for name in HOST_COPIES:
+        method = getattr(torch.Tensor, name)
+
+        def counted(self: torch.Tensor, *args: Any, _m: Any = method, _n: str = name) -> Any:
+            calls[_n] += 1
+            return _m(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return calls
+
+
+def test_greedy_rows_take_the_argmax_and_a_tiny_top_p_is_greedy() -> None:
+    logits = torch.tensor([[0.1, 2.0, 1.9, -1.0], [3.0, 0.0, 0.0, 0.0]])
+    nucleus = GenerateParams(temperature=1.0, top_p=1e-6)
+    generators = [torch.Generator().manual_seed(s) for s in range(2)]
+    for _ in range(20):
+        chosen = choose_tokens(logits, [nucleus, GenerateParams()], generators)
+        assert chosen.tolist() == [1, 0]
+
+
+def test_a_row_draws_the_same_tokens_whatever_its_batch_mates() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(5, 50)
+    hot = [GenerateParams(temperature=1.2, top_p=0.9, seed=s) for s in range(5)]
+    mixed = [hot[0], GenerateParams(), hot[2], GenerateParams(temperature=0.5), hot[4]]
+
+    def draws(params: list[GenerateParams], rows: list[int]) -> list[list[int]]:
+        gens = [torch.Generator().manual_seed(100 + r) for r in rows]
+        return [choose_tokens(logits[rows], params, gens).tolist() for _ in range(30)]
+
+    together = draws(hot, [0, 1, 2, 3, 4])
+    alone = draws([hot[2]], [2])
+    assert [step[2] for step in together] == [step[0] for step in alone]
+    assert [step[2] for step in draws(mixed, [0, 1, 2, 3, 4])] == [step[0] for step in alone]
+    assert len({step[2] for step in together}) > 1  # it samples: not always the argmax
+
+
+def test_draws_follow_the_distribution() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 1e-9]]))
+    params = [GenerateParams(temperature=1.0)]
+    generator = torch.Generator().manual_seed(3)
+    counts = Counter(choose_tokens(logits, params, [generator]).item() for _ in range(4000))
+    assert counts[3] == 0
+    for token, p in ((0, 0.5), (1, 0.3), (2, 0.2)):
+        assert abs(counts[token] / 4000 - p) < 0.03, counts
+    nucleus = [GenerateParams(temperature=1.0, top_p=0.6)]  # keeps tokens 0 and 1
+    kept = {choose_tokens(logits, nucleus, [generator]).item() for _ in range(300)}
+    assert kept == {0, 1}
+
+
+@pytest.fixture(scope="module")
+def backends() -> Iterator[tuple[GenerationBackend, GenerationBackend]]:
+    static = load_test_lm()
+    continuous = load_test_lm(continuous_rows=64)
+    yield static, continuous
+    continuous.close()
+
+
+@pytest.mark.parametrize("mode", ["static", "continuous"])
+def test_a_decode_step_copies_to_the_host_once(
+    backends: tuple[GenerationBackend, GenerationBackend], mode: str, host_copies: Counter[str]
+) -> None:
+    backend = backends[0] if mode == "static" else backends[1]
+    texts = [" the water runs" * (1 + i % 5) for i in range(12)]
+    items = backend.encode(texts, [False] * len(texts))
+    params = [
+        GenerateParams(max_tokens=24, temperature=0.0 if i % 2 else 0.8, top_p=0.9, seed=i)
+        for i in range(len(texts))
+    ]
+    decoder = backend.decoder
+    steps_before = decoder.steps if decoder is not None else 0
+    host_copies.clear()
+    out = backend.generate(items, params)
+    copies = sum(host_copies.values())
+    assert sum(o.completion_tokens for o in out) > 3 * len(texts)  # several steps
+    if decoder is not None:  # the loop's thread: one prefill, then its steps
+        passes = decoder.steps - steps_before + 1
+    else:
+        passes = max(o.completion_tokens for o in out)
+    assert passes > 3
+    # one per pass, and a prefill's 2D mask is asked once whether it is all ones (these
+    # prompts prefill in at most two groups); before: one per row per step, and the mask's
+    # question at every step
+    assert copies <= passes + 2, (copies, passes, dict(host_copies))
+    assert host_copies["tolist"] <= passes
