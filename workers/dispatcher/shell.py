@@ -58,6 +58,7 @@ from headrace.workers.dispatcher.events import (
     WorkersSeen,
 )
 from headrace.workers.dispatcher.lag import export_lag, publish_backlog
+from headrace.workers.dispatcher.loop_watch import LoopWatch, LoopWatcher
 from headrace.workers.dispatcher.metrics import PrometheusObserver
 from headrace.workers.dispatcher.model_watch import ModelWatch
 from headrace.workers.dispatcher.settling import Settler
@@ -145,10 +146,14 @@ class Dispatcher:
         log.info(
             "dispatcher %s consuming %d bucket topics", self.dispatcher_id, len(self.core.batchers)
         )
+        watch = LoopWatch(time.monotonic)
+        watcher = LoopWatcher(watch, threading.current_thread(), self.reader.wakeup).start()
         try:
             while not stop.is_set():
                 self.step()
+                watch.beat()
         finally:
+            watcher.stop()
             self.close()
 
     def close(self) -> None:

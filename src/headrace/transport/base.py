@@ -131,6 +131,10 @@ class Reader(Protocol):
         """What the client knows of each assigned partition, for logs."""
         ...
 
+    def wakeup(self) -> None:
+        """From another thread: make a poll blocked right now return (safe at any time)."""
+        ...
+
     def close(self) -> None: ...
 
 

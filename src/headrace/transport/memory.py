@@ -228,6 +228,9 @@ class MemoryReader:
             for p, s in self._states.items()
         }
 
+    def wakeup(self) -> None:
+        """A poll here waits at most 50 ms at a time: nothing to wake."""
+
     def close(self) -> None:
         if self._listener is not None and self.group_id is not None and not self._closed:
             self.broker.leave(self.group_id, self)

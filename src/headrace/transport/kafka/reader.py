@@ -153,6 +153,11 @@ class KafkaReader:
             for tp, records in polled.items()
         }
 
+    def wakeup(self) -> None:
+        client = getattr(self._consumer, "_client", None)
+        if client is not None and hasattr(client, "wakeup"):
+            client.wakeup()
+
     def pause(self, partitions: Sequence[Partition]) -> None:
         self._paused.update(partitions)
         self._consumer.pause(*[TopicPartition(*p) for p in partitions])
