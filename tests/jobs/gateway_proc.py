@@ -26,9 +26,13 @@ def auth(key: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def running_gateway(
-    extra_env: dict[str, str], tmp_path: Path, tenants: tuple[str, ...] = ("acme", "globex")
+    extra_env: dict[str, str],
+    tmp_path: Path,
+    tenants: tuple[str, ...] = ("acme", "globex"),
+    started: list[subprocess.Popen[bytes]] | None = None,
 ) -> Iterator[tuple[str, dict[str, str]]]:
-    """(base URL, tenant -> API key) of a gateway on its own port, state dir and SQLite."""
+    """(base URL, tenant -> API key) of a gateway on its own port, state dir and SQLite;
+    its process is appended to ``started`` when given."""
     env = {
         **os.environ,
         "HEADRACE_STATE_DIR": str(tmp_path / "state"),
@@ -52,6 +56,8 @@ def running_gateway(
         proc = subprocess.Popen(
             [*cli, "gateway", "--port", str(port)], env=env, stdout=log, stderr=log
         )
+        if started is not None:
+            started.append(proc)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:

@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     tracing_exporter: Literal["none", "otlp"] = "none"
     # The gateway's largest upload (POST /v1/files): OpenAI's limit for a batch input file.
     max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
+    # The largest body of any other gateway route (JSON): refused 413 before it is read.
+    # 2,048 embedding inputs of ~4 KB each fit; a bigger body is no OpenAI request.
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # Webhooks go only to public addresses, or to hosts / networks listed here (e.g.
     # ["hooks.internal", "10.1.0.0/16"]); each is signed with its tenant's secret, the file
     # <webhook_secrets_dir>/<tenant> (a mounted secret). No secret: no webhooks.

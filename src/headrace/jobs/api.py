@@ -94,8 +94,10 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     return error_response(400, message, code, param=param)
 
 
-def install(app: FastAPI) -> None:
-    """Errors in OpenAI's shape and the request id, on every route of ``app``."""
+def install(app: FastAPI, max_body_bytes: int, max_file_bytes: int) -> None:
+    """Errors in OpenAI's shape, the request id and the body-size limits, on every route of
+    ``app``."""
+    from headrace.jobs.body_limit import BodyLimitMiddleware
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -110,6 +112,10 @@ def install(app: FastAPI) -> None:
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation_error(exc)
 
+    # before anything reads the body, authentication included
+    app.add_middleware(
+        BodyLimitMiddleware, max_body_bytes=max_body_bytes, max_file_bytes=max_file_bytes
+    )
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(ObservabilityMiddleware)  # outermost: it sees the status sent
 

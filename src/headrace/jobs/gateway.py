@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="headrace gateway", version="1", lifespan=lifespan)
     app.state.store = store
-    api.install(app)
+    api.install(app, settings.max_body_bytes, settings.max_file_bytes)
 
     def client_for(tenant: str) -> Client:
         with clients_lock:
