@@ -69,6 +69,7 @@ from headrace.schemas.messages import (
     Reply,
     Request,
 )
+from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport import Transport, open_transport
 from headrace.usage.meter import Totals, UsageMeter
@@ -98,7 +99,7 @@ class Client(GenerationMixin):
         ``transport``: the broker client (``open_transport(settings)`` by default).
         ``lane``: ``bulk`` for work that may wait for online traffic (bulk jobs use it)."""
         self.settings = settings or Settings()
-        self.tenant = tenant
+        self.tenant = check_tenant(tenant)  # TenantNameError before anything connects
         self.lane: Lane = lane
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_topic = reply_topic or self.topics.replies("default")

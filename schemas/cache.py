@@ -8,6 +8,7 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, StringConstraints, model_validator
 
 from headrace.schemas.messages import SCHEMA_VERSION, Identifier, Tag, _Message
+from headrace.schemas.tenants import TenantName
 
 
 class Invalidation(_Message):
@@ -16,7 +17,7 @@ class Invalidation(_Message):
     every result of one model version (``model`` and ``model_version``, any tenant)."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    tenant: Identifier | None = None
+    tenant: TenantName | None = None
     tags: list[Tag] = Field(default_factory=list)
     keys: list[Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]] = Field(
         default_factory=list

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.tenants import TenantName
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_INPUT_CHARS = 1_000_000  # a hard byte-ish ceiling; the token limit is the model's
@@ -82,7 +83,7 @@ class CacheDirective(_Message):
 class Request(_Message):
     schema_version: Literal[1] = SCHEMA_VERSION
     request_id: Identifier
-    tenant: Identifier
+    tenant: TenantName
     model: Identifier
     task: Literal["embed", "generate"] = "embed"
     input: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
@@ -354,7 +355,7 @@ class Control(_Message):
 
     schema_version: Literal[1] = SCHEMA_VERSION
     action: Literal["cancel"]
-    tenant: Identifier
+    tenant: TenantName
     request_id: Identifier
     sent_at: AwareDatetime = Field(default_factory=utc_now)
 

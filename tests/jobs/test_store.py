@@ -3,12 +3,14 @@ migrations applied, lifecycle enforced, tenants kept apart."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.store import JobNotFound, JobStore
+from headrace.schemas.tenants import TenantNameError
 from headrace.sql import newest_revision
 
 
@@ -108,3 +110,27 @@ def test_pages_of_batches_and_files_follow_their_cursor(store_url: str, tmp_path
         store.get_file(files[0], "t1")
     with pytest.raises(JobNotFound):  # another tenant's file cannot be deleted
         store.delete_file(files[1], "t2")
+
+
+def test_api_keys_name_valid_tenants_expire_list_and_revoke(store_url: str) -> None:
+    store = JobStore(store_url)
+    with pytest.raises(TenantNameError):
+        store.add_api_key("a:b")  # would collide with ("a", "b:...") in every key
+    key = store.add_api_key("acme", "ci")
+    assert store.tenant_of_key(key) == "acme"
+    past = store.add_api_key("acme", "old", expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert store.tenant_of_key(past) is None  # expired
+    later = store.add_api_key("globex", expires_at=datetime.now(UTC) + timedelta(days=1))
+    assert store.tenant_of_key(later) == "globex"
+    listed = store.api_keys()
+    assert [(k.tenant, k.label) for k in listed] == [
+        ("acme", "ci"),
+        ("acme", "old"),
+        ("globex", ""),
+    ]
+    assert all(key not in str(k) for k in listed)  # the key itself is never shown
+    assert [k.tenant for k in store.api_keys("globex")] == ["globex"]
+    assert store.revoke_api_key(listed[0].hash_prefix) == 1
+    assert store.tenant_of_key(key) is None
+    assert store.revoke_api_key(later) == 1 and store.tenant_of_key(later) is None
+    assert store.revoke_api_key("abc") == 0  # too short to name one key

@@ -19,6 +19,7 @@ from headrace.schemas.messages import (
     Usage,
     parse_reply_record,
 )
+from headrace.schemas.tenants import TenantNameError, check_tenant
 
 
 def request(**overrides: object) -> Request:
@@ -148,3 +149,19 @@ def test_an_invalidation_says_what_it_invalidates() -> None:
     ):
         with pytest.raises(ValidationError):
             Invalidation.model_validate(bad)
+
+
+@pytest.mark.parametrize("tenant", ["a:b", "", "a b", "x" * 65, "a/b", "é"])
+def test_a_tenant_name_that_could_collide_in_a_key_is_refused_on_the_wire(tenant: str) -> None:
+    doc = {
+        "request_id": "r1",
+        "tenant": tenant,
+        "model": "m",
+        "input": "hi",
+        "reply_to": "p.replies.default",
+    }
+    with pytest.raises(ValidationError):
+        Request.model_validate(doc)
+    with pytest.raises(TenantNameError):
+        check_tenant(tenant)
+    assert check_tenant("acme_2-x") == "acme_2-x"

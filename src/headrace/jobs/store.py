@@ -30,6 +30,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
 from headrace.jobs.lifecycle import FINAL, JobStatus, check_move
+from headrace.schemas.tenants import check_tenant
 from headrace.sql import Base as _Base
 from headrace.sql import UTCDateTime, migrate, open_engine, revision
 
@@ -95,6 +96,7 @@ class ApiKey(_Base):
     tenant: Mapped[str] = mapped_column(String(200))
     label: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 Owned = TypeVar("Owned", Job, File)
@@ -321,7 +323,10 @@ class JobStore:
         return row
 
     # --- API keys: only their SHA-256 is kept ------------------------------------------------
-    def add_api_key(self, tenant: str, label: str = "") -> str:
+    def add_api_key(self, tenant: str, label: str = "", expires_at: datetime | None = None) -> str:
+        """A new key for ``tenant`` (a valid tenant name: ``TenantNameError`` otherwise),
+        printed once; only its SHA-256 is kept. After ``expires_at`` it names no tenant."""
+        check_tenant(tenant)
         key = f"hr-{secrets.token_urlsafe(32)}"
         with Session(self.engine) as s, s.begin():
             s.add(
@@ -330,6 +335,7 @@ class JobStore:
                     tenant=tenant,
                     label=label,
                     created_at=datetime.now(UTC),
+                    expires_at=expires_at,
                 )
             )
         return key
@@ -337,7 +343,48 @@ class JobStore:
     def tenant_of_key(self, key: str) -> str | None:
         with Session(self.engine) as s:
             record = s.get(ApiKey, key_hash(key))
-        return record.tenant if record is not None else None
+        if record is None:
+            return None
+        if record.expires_at is not None and record.expires_at <= datetime.now(UTC):
+            return None
+        return record.tenant
+
+    def api_keys(self, tenant: str | None = None) -> builtins.list[ApiKeyInfo]:
+        """Every key (or ``tenant``'s), oldest first, by the start of its hash."""
+        with Session(self.engine) as s:
+            query = select(ApiKey).order_by(ApiKey.created_at)
+            if tenant is not None:
+                query = query.where(ApiKey.tenant == tenant)
+            return [
+                ApiKeyInfo(k.key_hash[:12], k.tenant, k.label, k.created_at, k.expires_at)
+                for k in s.scalars(query)
+            ]
+
+    def revoke_api_key(self, key_or_hash_prefix: str) -> int:
+        """Delete the key given whole, or the one key whose hash starts with this (at least
+        8 hex digits, as ``api_keys`` shows it); how many were revoked (0 or 1)."""
+        given = key_or_hash_prefix.strip()
+        with Session(self.engine) as s, s.begin():
+            if given.startswith("hr-"):
+                found = [k for k in [s.get(ApiKey, key_hash(given))] if k is not None]
+            elif len(given) >= 8:
+                query = select(ApiKey).where(ApiKey.key_hash.startswith(given.lower()))
+                found = list(s.scalars(query))
+            else:
+                found = []
+            if len(found) != 1:
+                return 0
+            s.delete(found[0])
+            return 1
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo:
+    hash_prefix: str
+    tenant: str
+    label: str
+    created_at: datetime
+    expires_at: datetime | None
 
 
 def _past(model: type[Owned], cursor: Owned, newest_first: bool) -> ColumnElement[bool]:

@@ -8,7 +8,9 @@ import logging
 import signal
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -218,11 +220,43 @@ def gateway(
 def api_key_create(
     tenant: str = typer.Option(..., help="the tenant this key acts for"),
     label: str = "",
+    expires_in_days: float | None = typer.Option(None, help="the key stops working after"),
 ) -> None:
     """Make a new gateway API key for TENANT; it is printed once, only its hash is kept."""
     from headrace.jobs.store import JobStore
+    from headrace.schemas.tenants import TenantNameError
 
-    print(JobStore(_needs("sql").sql_url).add_api_key(tenant, label))
+    expires = None
+    if expires_in_days is not None:
+        expires = datetime.now(UTC) + timedelta(days=expires_in_days)
+    try:
+        print(JobStore(_needs("sql").sql_url).add_api_key(tenant, label, expires))
+    except TenantNameError as exc:
+        _fail(str(exc))
+
+
+@api_key.command("list")
+def api_key_list(tenant: str | None = typer.Option(None, help="only this tenant's")) -> None:
+    """The gateway's API keys (the start of each hash, never the key)."""
+    from headrace.jobs.store import JobStore
+
+    table = Table("hash", "tenant", "label", "created", "expires")
+    for k in JobStore(_needs("sql").sql_url).api_keys(tenant):
+        expires = k.expires_at.isoformat(timespec="seconds") if k.expires_at else "never"
+        table.add_row(
+            k.hash_prefix, k.tenant, k.label, k.created_at.isoformat(timespec="seconds"), expires
+        )
+    console.print(table)
+
+
+@api_key.command("revoke")
+def api_key_revoke(key: str = typer.Argument(..., help="the key, or its hash as listed")) -> None:
+    """Revoke an API key: it names no tenant from now on."""
+    from headrace.jobs.store import JobStore
+
+    if JobStore(_needs("sql").sql_url).revoke_api_key(key) != 1:
+        _fail(f"no single API key matches {key!r} (give the key or 8+ digits of its hash)")
+    print("revoked")
 
 
 @app.command()
@@ -376,7 +410,24 @@ def doctor() -> None:
 @app.command()
 def settings() -> None:
     """Print the effective settings (secrets masked)."""
-    console.print_json(json.dumps(Settings().model_dump(mode="json")))
+    shown = Settings().model_dump(mode="json")
+    shown["sql_url"] = masked_url(shown["sql_url"])
+    console.print_json(json.dumps(shown))
+
+
+def masked_url(url: str) -> str:
+    """A database URL with its password as ``***``."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL sqlalchemy reads: show nothing of it
+        return "***"
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
 
 
 if __name__ == "__main__":
