@@ -63,10 +63,11 @@ class ReplyListener:
         with self._lock:
             self._watchers[(tenant, request_id)] = on_delta
 
-    def forget(self, tenant: str, request_id: str) -> None:
+    def forget(self, tenant: str, request_id: str) -> Future[Reply] | None:
+        """Stop awaiting this request's reply; the future that awaited it, if any."""
         with self._lock:
-            self._futures.pop((tenant, request_id), None)
             self._watchers.pop((tenant, request_id), None)
+            return self._futures.pop((tenant, request_id), None)
 
     def pending(self) -> int:
         with self._lock:

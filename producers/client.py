@@ -372,6 +372,20 @@ class Client(GenerationMixin):
                 )
             self._producer.flush()
 
+    def abandon(self, request_ids: Sequence[str]) -> None:
+        """Requests whose caller stopped waiting (a timeout, a stream's reader gone): their
+        replies are no longer awaited, their places under ``client_max_pending`` are free
+        again, and the pipeline is asked to cancel them (what was not computed is not)."""
+        if self._listener is not None:
+            for request_id in request_ids:
+                future = self._listener.forget(self.tenant, request_id)
+                if future is not None:
+                    future.cancel()  # its done callback frees the slot, ends its resends
+        try:
+            self.cancel_many(request_ids)
+        except Exception:  # the control topic unreachable: the replies come and are dropped
+            log.warning("could not cancel %d abandoned requests", len(request_ids), exc_info=True)
+
     def _take_slot(self) -> None:
         s = self.settings
         blocking = s.client_on_full == "block"

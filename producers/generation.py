@@ -41,6 +41,8 @@ class _Client(Protocol):
 
     def flush(self) -> None: ...
 
+    def abandon(self, request_ids: Sequence[str]) -> None: ...
+
     def _submit_generation(
         self,
         prompt: str,
@@ -74,7 +76,12 @@ class GenerationMixin:
         submission = self._submit_generation(
             prompt, model, request_id, GenerateParams(**params), session_id
         )
-        return _generation(submission.result(wait_s))
+        try:
+            reply = submission.result(wait_s)
+        except ReplyTimeoutError:
+            self.abandon([submission.request.request_id])
+            raise
+        return _generation(reply)
 
     def submit_generation(
         self: _Client,
@@ -129,22 +136,27 @@ class GenerationMixin:
         )
         assembler = DeltaAssembler()
         deadline = loop.time() + wait_s
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
-            except TimeoutError as exc:
-                self._listener.forget(self.tenant, rid)
-                raise ReplyTimeoutError(f"no reply for {rid} within {wait_s}s") from exc
-            if isinstance(item, StreamDelta):
-                for piece in assembler.add(item):
-                    yield piece
-                continue
-            result = _generation(item)  # raises on an error reply
-            rest = assembler.finish(item)
-            if rest:
-                yield rest
-            yield result
-            return
+        answered = False
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
+                except TimeoutError as exc:
+                    raise ReplyTimeoutError(f"no reply for {rid} within {wait_s}s") from exc
+                if isinstance(item, StreamDelta):
+                    for piece in assembler.add(item):
+                        yield piece
+                    continue
+                answered = True
+                result = _generation(item)  # raises on an error reply
+                rest = assembler.finish(item)
+                if rest:
+                    yield rest
+                yield result
+                return
+        finally:
+            if not answered:  # timed out, or the reader went away (closed, cancelled)
+                loop.run_in_executor(None, self.abandon, [rid])
 
     def _submit_generation(
         self: _Client,

@@ -14,13 +14,18 @@ import httpx
 import openai
 import pytest
 
+from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
+from headrace.schemas.messages import Control
+from headrace.schemas.topics import Topics
 from tests.conftest import pipeline_env, unique_prefix
+from tests.integration.topics import read_topic
 from tests.jobs.gateway_proc import auth, running_gateway
 
 pytestmark = pytest.mark.timeout(300)
+PREFIX = [""]  # the module's pipeline's topic prefix
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +33,7 @@ def gateway(
     stack: LocalStack, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, dict[str, str]]]:
     prefix = unique_prefix("completions")
+    PREFIX[0] = prefix
     env = pipeline_env(prefix, HEADRACE_MODEL=tiny_lm.NAME, HEADRACE_MAX_WAIT_MS="50")
     tmp_path: Path = tmp_path_factory.mktemp("gateway")
     with Pipeline(env=env), running_gateway(env, tmp_path, tenants=("acme",)) as running:
@@ -238,3 +244,26 @@ def test_single_jobs_take_completions_and_chat_as_well_as_embeddings(
                 "text"
             )
             assert text, body
+
+
+def test_a_client_that_leaves_a_stream_cancels_its_request(
+    gateway: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = gateway
+    body = {"model": tiny_lm.NAME, "prompt": "The headrace", "max_tokens": 400, "stream": True}
+    with (
+        httpx.Client(base_url=url, timeout=120, headers=auth(keys["acme"])) as http,
+        http.stream("POST", "/v1/completions", json=body) as streamed,
+    ):
+        first = next(line for line in streamed.iter_lines() if line.startswith("data: "))
+    request_id = json.loads(first.removeprefix("data: "))["id"].removeprefix("cmpl-")
+    settings = Settings(topic_prefix=PREFIX[0])
+    deadline = time.monotonic() + 20
+    cancelled: list[str] = []
+    while request_id not in cancelled and time.monotonic() < deadline:
+        time.sleep(0.2)
+        cancelled = [
+            Control.model_validate_json(r.value).request_id
+            for r in read_topic(settings, Topics(PREFIX[0]).control)
+        ]
+    assert request_id in cancelled

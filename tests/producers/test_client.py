@@ -3,18 +3,21 @@ A test plays the pipeline by reading the request topics and writing replies."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from headrace.config.settings import Settings
+from headrace.models import tiny_lm
 from headrace.producers.client import Client
-from headrace.schemas.errors import BackpressureError
+from headrace.schemas.errors import BackpressureError, ReplyTimeoutError
 from headrace.schemas.messages import Control, EmbeddingResult, Reply, Request
 from headrace.schemas.topics import Topics
 from headrace.transport.memory import MemoryTransport
 
 pytestmark = pytest.mark.timeout(30)
+LM = tiny_lm.NAME  # a generation model the registry knows
 
 
 def requests_on(transport: MemoryTransport, topic: str) -> list[Request]:
@@ -85,3 +88,52 @@ def test_against_tansu_an_unanswered_request_is_sent_again_but_not_against_kafka
             sent = requests_on(transport, Topics("c").requests(16))
             assert len(sent) == copies, flavor
             assert {r.request_id for r in sent} == {submission.request.request_id}
+
+
+def cancelled_ids(transport: MemoryTransport) -> list[str]:
+    return [
+        Control.model_validate_json(r.value).request_id for r in transport.scan(Topics("c").control)
+    ]
+
+
+def test_an_abandoned_request_frees_its_slot_and_is_cancelled() -> None:
+    transport = MemoryTransport()
+    settings = Settings(topic_prefix="c", client_max_pending=1, client_on_full="raise")
+    with Client(settings, tenant="acme", transport=transport) as client:
+        first = client.submit("one")
+        with pytest.raises(BackpressureError):
+            client.submit("two")
+        client.abandon([first.request.request_id])
+        assert client.pending == 0
+        client.submit("three")  # its slot came free without a reply
+        answer(transport, first.request)  # a late reply is dropped
+    assert cancelled_ids(transport) == [first.request.request_id]
+
+
+def test_a_generation_that_times_out_is_abandoned() -> None:
+    transport = MemoryTransport()
+    settings = Settings(topic_prefix="c", client_max_pending=1, client_on_full="raise")
+    with Client(settings, tenant="acme", transport=transport) as client:
+        with pytest.raises(ReplyTimeoutError):
+            client.generate("hello", model=LM, wait_s=0.2, request_id="slow-1")
+        assert client.pending == 0
+    assert cancelled_ids(transport) == ["slow-1"]
+
+
+def test_a_stream_whose_reader_goes_away_is_abandoned() -> None:
+    transport = MemoryTransport()
+    settings = Settings(topic_prefix="c", client_max_pending=1, client_on_full="raise")
+
+    async def read_then_leave(client: Client) -> None:
+        events = client.stream_events("hello", model=LM, wait_s=60, request_id="gone-1")
+        with pytest.raises(TimeoutError):  # no delta comes: the reader stops waiting
+            await asyncio.wait_for(anext(events), 0.5)
+        await events.aclose()
+
+    with Client(settings, tenant="acme", transport=transport) as client:
+        asyncio.run(read_then_leave(client))
+        deadline = time.monotonic() + 5
+        while client.pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.pending == 0
+        assert cancelled_ids(transport) == ["gone-1"]

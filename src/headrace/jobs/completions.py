@@ -72,7 +72,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
             return generation_body(rid, body.model, out, chat=False)
 
         async def events() -> AsyncIterator[bytes]:
-            async for event in out:
+            async for event in _closing(out):
                 chunk = {**head, "object": "text_completion"}
                 if isinstance(event, str):
                     choice = {"text": event, "index": 0, "finish_reason": None}
@@ -99,7 +99,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
             chunk = {**head, "object": "chat.completion.chunk"}
             role = {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
             yield _sse({**chunk, "choices": [role]})
-            async for event in out:
+            async for event in _closing(out):
                 if isinstance(event, str):
                     piece = {"index": 0, "delta": {"content": event}, "finish_reason": None}
                     yield _sse({**chunk, "choices": [piece]})
@@ -113,9 +113,24 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
     return router
 
 
+async def _closing(
+    events: AsyncIterator[str | GenerationResult],
+) -> AsyncIterator[str | GenerationResult]:
+    """``events``, closed as soon as this is: a client that disconnects from the stream
+    cancels its request and frees its place (``Client.abandon``) at once, not when the
+    garbage collector finds the generator."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
+
+
 async def _prepend(
     first: str | GenerationResult, rest: AsyncIterator[str | GenerationResult]
 ) -> AsyncIterator[str | GenerationResult]:
     yield first
-    async for event in rest:
+    async for event in _closing(rest):
         yield event

@@ -98,12 +98,19 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
             )
             raise ApiError(400, message, "invalid_value", param="dimensions")
         texts = _texts(body, spec, client.settings)
+        submissions = []
         try:
             submissions = await asyncio.to_thread(client.submit_many, texts, model=body.model)
             replies = await asyncio.wait_for(
                 asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), WAIT_S
             )
-        except (HeadraceError, TimeoutError) as exc:
+        except (HeadraceError, TimeoutError, asyncio.CancelledError) as exc:
+            # nobody waits for these any more: cancelled, their client slots freed
+            ids = [s.request.request_id for s in submissions if not s.future.done()]
+            if ids:
+                await asyncio.to_thread(client.abandon, ids)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             raise api_error(exc) from exc
         data, tokens = [], 0
         for i, reply in enumerate(replies):

@@ -73,10 +73,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = store
     api.install(app, settings.max_body_bytes, settings.max_file_bytes)
 
+    # a tenant at its pending cap is answered 429 at once: a call blocked waiting for a
+    # slot would hold a thread of the pool every tenant's calls share
+    per_tenant = settings.model_copy(update={"client_on_full": "raise"})
+
     def client_for(tenant: str) -> Client:
         with clients_lock:
             if tenant not in clients:
-                clients[tenant] = Client(settings, tenant=tenant)
+                clients[tenant] = Client(per_tenant, tenant=tenant)
             return clients[tenant]
 
     app.include_router(embeddings_router(client_for))
