@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
 
 from headrace.config.settings import Settings
-from headrace.jobs.webhooks import WebhookRefused, check_target, secret_of, sign, verify
+from headrace.jobs.webhooks import WebhookRefused, check_target, post, secret_of, sign, verify
 
 
 @pytest.mark.parametrize(
@@ -20,6 +22,11 @@ from headrace.jobs.webhooks import WebhookRefused, check_target, secret_of, sign
         "http://169.254.169.254/latest/meta-data",  # link-local: cloud metadata
         "http://[::1]/hook",
         "http://0.0.0.0/hook",  # unspecified
+        "http://100.64.0.1/hook",  # shared address space (carrier-grade NAT)
+        "http://198.18.0.1/hook",  # benchmarking
+        "http://[::ffff:10.0.0.1]/hook",  # IPv4-mapped private
+        "http://[2002:a00:1::]/hook",  # 6to4 of 10.0.0.1
+        "http://[fc00::1]/hook",  # unique local
         "ftp://93.184.216.34/hook",  # not http(s)
         "http:///no-host",
     ],
@@ -57,3 +64,36 @@ def test_a_tenant_needs_its_own_secret_file(tmp_path: Path) -> None:
             secret_of(tenant, settings)
     with pytest.raises(WebhookRefused):
         secret_of("acme", Settings())  # no secrets folder: no webhooks
+
+
+def test_a_refusal_does_not_say_what_the_name_resolved_to() -> None:
+    with pytest.raises(WebhookRefused) as refused:
+        check_target("http://localhost:8000/hook", Settings())
+    assert "127.0.0.1" not in str(refused.value) and "::1" not in str(refused.value)
+
+
+def test_the_call_goes_to_the_checked_address_with_no_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[tuple[str, bytes]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.headers["Host"], body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    port = server.server_address[1]
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # a proxy would fail the call
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    # a name that resolves nowhere: the connection uses the address given, not a lookup
+    status = post(f"http://hooks.invalid:{port}/h?x=1", "127.0.0.1", b"{}", {"X-A": "1"})
+    server.server_close()
+    assert status == 204
+    assert seen == [(f"hooks.invalid:{port}", b"{}")]
