@@ -6,8 +6,10 @@ from __future__ import annotations
 import socket
 import uuid
 
+import pytest
 from prometheus_client import REGISTRY
 
+from headrace.cache import store
 from headrace.cache.keys import cache_key, entry_scopes
 from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
@@ -150,3 +152,17 @@ def test_sliding_entries_in_redis_live_while_read(stack: LocalStack) -> None:
     cache.l2.redis.pexpire(cache.l2._entry + entry.key, 200)  # as if 0.8 s had passed
     assert cache.l2.get(entry.key) is not None  # a hit ...
     assert cache.l2.redis.pttl(cache.l2._entry + entry.key) > 800  # ... renews the full second
+
+
+def test_background_l3_writes_past_their_bound_skip_l3_and_are_counted(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = settings()
+    monkeypatch.setattr(store, "L3_QUEUE_MAX", 2)
+    writer = open_cache(conf, l1=False, background_l3=True)
+    entries = [new_entry(writer, "acme", f"text number {i}") for i in range(40)]
+    assert writer.put_many(entries) == 40  # L2 has every one
+    assert writer.counts["l3_write_dropped"] > 0
+    writer.close()
+    kept = [e for e in entries if writer.l3 is not None and writer.l3.get(e.key) is not None]
+    assert len(kept) == 40 - writer.counts["l3_write_dropped"]

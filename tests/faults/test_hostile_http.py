@@ -126,3 +126,15 @@ def test_a_text_far_past_the_context_is_refused_before_it_is_tokenized(
         assert ok.status_code == 200, ok.text
     grew = rss_mb(pid) - before
     assert grew < 300, f"the gateway grew by {grew:.0f} MB"
+
+
+def test_made_up_http_methods_share_one_metric_label(
+    gateway: tuple[str, dict[str, str], int],
+) -> None:
+    url, _, _ = gateway
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for verb in ("BREW", "WHEN", "XYZZY"):
+            http.request(verb, "/v1/embeddings")
+        scraped = http.get("/metrics").text
+    assert 'method="other"' in scraped
+    assert not any(f'method="{verb}"' in scraped for verb in ("BREW", "WHEN", "XYZZY"))

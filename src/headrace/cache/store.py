@@ -31,6 +31,10 @@ from headrace.schemas.messages import CacheTier
 
 log = logging.getLogger(__name__)
 
+# Background L3 writes waiting at most: past it a write skips L3 (counted), so a slow or
+# stalled S3 cannot grow the worker's memory without bound.
+L3_QUEUE_MAX = 1000
+
 LOOKUPS = PromCounter(
     "headrace_cache_lookups_total", "Cache reads, by the tier that hit (or miss)", ["tier"]
 )
@@ -62,6 +66,7 @@ class TieredCache:
         self._lock = threading.Lock()
         self._listener: threading.Thread | None = None
         self._stop = threading.Event()
+        self._l3_queued = 0  # background L3 writes not yet done (at most L3_QUEUE_MAX)
         self._l3_pool = (
             ThreadPoolExecutor(max_workers=4, thread_name_prefix="cache-l3")
             if background_l3 and l3 is not None
@@ -188,19 +193,28 @@ class TieredCache:
         self.counts["stale_write_refused"] += len(entries) - len(accepted)
         self.counts["write"] += len(accepted)
         for entry in accepted:
-            if self._l3_pool is not None:
-                self._l3_pool.submit(self._put_l3, entry)
-            else:
+            if self._l3_pool is None:
                 self._put_l3(entry)
+                continue
+            with self._lock:
+                queued = self._l3_queued < L3_QUEUE_MAX
+                self._l3_queued += queued
+            if queued:
+                self._l3_pool.submit(self._put_l3, entry, True)
+            else:  # S3 slower than the writes: L3 misses this one (L2 has it)
+                self.counts["l3_write_dropped"] += 1
         return len(accepted)
 
-    def _put_l3(self, entry: CacheEntry) -> None:
-        if self.l3 is None:
-            return
+    def _put_l3(self, entry: CacheEntry, queued: bool = False) -> None:
         try:
-            self.l3.put(entry)
+            if self.l3 is not None:
+                self.l3.put(entry)
         except S3Unavailable as exc:
             self._skipped("l3", exc)
+        finally:
+            if queued:
+                with self._lock:
+                    self._l3_queued -= 1
 
     # --- invalidation -----------------------------------------------------------------------
     def invalidate(self, scopes: Iterable[str] = (), keys: Iterable[str] = ()) -> int:

@@ -36,6 +36,9 @@ LATENCY = Histogram(
 NOT_OBSERVED = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class ObservabilityMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -47,6 +50,8 @@ class ObservabilityMiddleware:
         started = time.perf_counter()
         status = 500  # a route that raised before answering
         method = scope.get("method", "?")
+        if method not in METHODS:
+            method = "other"  # a label value per made-up method would grow without bound
 
         async def observed(message: Message) -> None:
             nonlocal status
