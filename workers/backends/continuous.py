@@ -14,7 +14,7 @@ loop, on its own thread, repeats:
    cut off.
 
 A row keeps every property of a statically batched one (``generation.py``): its own sampling
-parameters and seeded generator, stop sequences, deltas that never hold the start of a stop
+parameters and seed, stop sequences, deltas that never hold the start of a stop
 sequence, cancellation (rows end with ``abort``). Its tokens do not depend on who it ran
 with, up to floating point (padding changes the shapes the kernels see). Deltas and the
 cancellation check happen on the caller's thread, so the loop does no IO.
@@ -92,7 +92,7 @@ class ContinuousDecoder:
     """``model``: a causal LM in eval mode; ``advance(row, token)`` appends a sampled token
         to a row and decides whether it finished (``GenerationBackend._advance``);
         ``new_row(params, prompt_tokens, streams)`` makes a row's state (``row.end(reason)``
-        ends it); ``choose(logits, params, generators)`` picks every row's token on the device
+        ends it); ``choose(logits, params, seeds, steps)`` picks every row's token on the device
     (``sampling.choose_tokens``): a step copies its tokens to the host once."""
 
     def __init__(
@@ -101,7 +101,9 @@ class ContinuousDecoder:
         *,
         new_row: Callable[[Sampling, int, bool], Any],
         advance: Callable[[Any, int], None],
-        choose: Callable[[torch.Tensor, Sequence[Sampling], Sequence[Any]], torch.Tensor],
+        choose: Callable[
+            [torch.Tensor, Sequence[Sampling], Sequence[int], Sequence[int]], torch.Tensor
+        ],
         pad_id: int,
         device: torch.device,
         context: int,
@@ -301,7 +303,8 @@ class ContinuousDecoder:
         """Each row's next token, chosen for all rows at once on the device and copied to
         the host once (``choose``)."""
         rows = [live.row for live in lives]
-        chosen = self._choose(logits, [r.params for r in rows], [r.generator for r in rows])
+        params, seeds = [r.params for r in rows], [r.seed for r in rows]
+        chosen = self._choose(logits, params, seeds, [len(r.ids) for r in rows])
         for live, token in zip(lives, chosen.tolist(), strict=True):
             if live.row.finish is None:  # else finished at an earlier step, not yet cut out
                 self._take(live, token)

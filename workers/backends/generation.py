@@ -2,9 +2,9 @@
 
 A batch of prompts is left-padded to its longest row and decoded step by step with the KV
 cache, each row with its own parameters: ``max_tokens``, ``temperature`` (0: greedy),
-``top_p``, stop sequences, and a seed (a per-row generator, so a row samples the same tokens
-whatever its batch-mates). Text comes out as deltas while it is decoded; a delta never holds
-text that could still turn out to begin a stop sequence.
+``top_p``, stop sequences, and a seed (its noise is drawn from the seed and the step, so a
+row samples the same tokens whatever its batch-mates). Text comes out as deltas while it is
+decoded; a delta never holds text that could still turn out to begin a stop sequence.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from headrace.workers.backends.base import (
 from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.embedding import pick_device
 from headrace.workers.backends.running_batch import Unsupported, check_layers
-from headrace.workers.backends.sampling import choose_tokens
+from headrace.workers.backends.sampling import choose_tokens, new_seed
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class _Row:
         self,
         params: Sampling,
         prompt_tokens: int,
-        generator: Any,
+        seed: int,
         text_of: Callable[[list[int]], str],
         streams: bool,
     ) -> None:
@@ -59,7 +59,7 @@ class _Row:
         self.text_of = text_of
         self.watched = streams or bool(params.stop)
         self.prompt_tokens = prompt_tokens
-        self.generator = generator
+        self.seed = seed  # its sampling noise is drawn from (seed, step)
         self.ids: list[int] = []
         self.text = ""
         self.sent = 0  # characters of text already given out as deltas
@@ -99,6 +99,10 @@ def encode_prompts(
         else:
             items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
     return items
+
+
+def _seed(asked: int | None) -> int:
+    return new_seed() if asked is None else asked
 
 
 def _detokenizer(tokenizer: Any) -> Callable[[list[int]], str]:
@@ -203,7 +207,7 @@ class GenerationBackend:
         return ContinuousDecoder(
             self._model,
             new_row=lambda params, prompt_tokens, streams: _Row(
-                params, prompt_tokens, self._generator(params.seed), self._text_of, streams
+                params, prompt_tokens, _seed(params.seed), self._text_of, streams
             ),
             advance=self._advance,
             choose=choose_tokens,
@@ -274,10 +278,10 @@ class GenerationBackend:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         rows = [
-            _Row(p, len(item.ids), self._generator(p.seed), self._text_of, on_delta is not None)
+            _Row(p, len(item.ids), _seed(p.seed), self._text_of, on_delta is not None)
             for item, p in zip(items, params, strict=True)
         ]
-        generators = [row.generator for row in rows]
+        seeds = [row.seed for row in rows]
         steps = min(max(p.max_tokens for p in params), self.max_tokens - longest)
         cache: Any = None
         checked = time.monotonic()
@@ -299,7 +303,8 @@ class GenerationBackend:
             )
             cache = out[self._cache_arg]
             # every row's token on the device, then one copy to the host for the step
-            chosen = choose_tokens(out.logits[:, -1, :], params, generators)
+            steps_taken = [len(row.ids) for row in rows]
+            chosen = choose_tokens(out.logits[:, -1, :], params, seeds, steps_taken)
             tokens = chosen.tolist()
             for i, row in enumerate(rows):
                 if row.finish is None:
@@ -320,11 +325,6 @@ class GenerationBackend:
                 if on_delta is not None and (delta := row.pending_delta()):
                     on_delta(i, delta)
         return [Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens) for r in rows]
-
-    def _generator(self, seed: int | None) -> torch.Generator | None:
-        if seed is None:
-            return None
-        return torch.Generator(device=self.device).manual_seed(seed)
 
     def _text_of(self, ids: list[int]) -> str:
         with self._tokenizer_lock:

@@ -40,40 +40,46 @@ def host_copies(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 def test_greedy_rows_take_the_argmax_and_a_tiny_top_p_is_greedy() -> None:
     logits = torch.tensor([[0.1, 2.0, 1.9, -1.0], [3.0, 0.0, 0.0, 0.0]])
     nucleus = GenerateParams(temperature=1.0, top_p=1e-6)
-    generators = [torch.Generator().manual_seed(s) for s in range(2)]
-    for _ in range(20):
-        chosen = choose_tokens(logits, [nucleus, GenerateParams()], generators)
+    for step in range(20):
+        chosen = choose_tokens(logits, [nucleus, GenerateParams()], [7, 8], [step, step])
         assert chosen.tolist() == [1, 0]
 
 
 def test_a_row_draws_the_same_tokens_whatever_its_batch_mates() -> None:
     torch.manual_seed(0)
     logits = torch.randn(5, 50)
-    hot = [GenerateParams(temperature=1.2, top_p=0.9, seed=s) for s in range(5)]
+    hot = [GenerateParams(temperature=1.2, top_p=0.9) for _ in range(5)]
     mixed = [hot[0], GenerateParams(), hot[2], GenerateParams(temperature=0.5), hot[4]]
+    seeds = [100, 101, 102, 103, 104]
 
     def draws(params: list[GenerateParams], rows: list[int]) -> list[list[int]]:
-        gens = [torch.Generator().manual_seed(100 + r) for r in rows]
-        return [choose_tokens(logits[rows], params, gens).tolist() for _ in range(30)]
+        return [
+            choose_tokens(
+                logits[rows], params, [seeds[r] for r in rows], [step] * len(rows)
+            ).tolist()
+            for step in range(30)
+        ]
 
     together = draws(hot, [0, 1, 2, 3, 4])
     alone = draws([hot[2]], [2])
     assert [step[2] for step in together] == [step[0] for step in alone]
     assert [step[2] for step in draws(mixed, [0, 1, 2, 3, 4])] == [step[0] for step in alone]
     assert len({step[2] for step in together}) > 1  # it samples: not always the argmax
+    assert [s[1] for s in together] != [s[2] for s in together]  # seeds differ, draws differ
 
 
 def test_draws_follow_the_distribution() -> None:
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 1e-9]]))
     params = [GenerateParams(temperature=1.0)]
-    generator = torch.Generator().manual_seed(3)
-    counts = Counter(choose_tokens(logits, params, [generator]).item() for _ in range(4000))
+    counts = Counter(choose_tokens(logits, params, [3], [k]).item() for k in range(4000))
     assert counts[3] == 0
     for token, p in ((0, 0.5), (1, 0.3), (2, 0.2)):
         assert abs(counts[token] / 4000 - p) < 0.03, counts
     nucleus = [GenerateParams(temperature=1.0, top_p=0.6)]  # keeps tokens 0 and 1
-    kept = {choose_tokens(logits, nucleus, [generator]).item() for _ in range(300)}
+    kept = {choose_tokens(logits, nucleus, [5], [k]).item() for k in range(300)}
     assert kept == {0, 1}
+    across_seeds = Counter(choose_tokens(logits, params, [s], [0]).item() for s in range(4000))
+    assert abs(across_seeds[0] / 4000 - 0.5) < 0.03, across_seeds
 
 
 @pytest.fixture(scope="module")
