@@ -17,6 +17,7 @@ timeout, no leader yet) leaves its record undone and is tried again on the next
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from headrace.connections import REDIS_ERRORS
@@ -30,27 +31,39 @@ from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
 log = logging.getLogger(__name__)
 
 CLAIM_LEASE_MS = 60_000
+SEND_TRIES = 3  # an error reply failing for now this often is given up
 
 
 class Answerer:
-    def __init__(self, writer: Writer, ledger: Ledger, topics: Topics, owner: str) -> None:
+    def __init__(
+        self,
+        writer: Writer,
+        ledger: Ledger,
+        topics: Topics,
+        owner: str,
+        topic_exists: Callable[[str], bool] = lambda _: True,
+    ) -> None:
+        """``topic_exists``: whether a reply topic exists (``KnownTopics.exists``): a reply
+        to one that does not is not sent (a send would wait for its metadata)."""
         self.writer = writer
         self.ledger = ledger
         self.topics = topics
         self.owner = owner
+        self.topic_exists = topic_exists
         self._sent: list[RecordRef] = []  # done once the writer has flushed ...
         # ... and these are then marked answered, with where their replies landed
         self._to_mark: list[tuple[RequestKey, str]] = []
-        self._again: list[Answer | Forward] = []  # a send failed for now: tried again
-        self.refused = 0  # sends the broker refused for good (logged, dead-lettered)
+        # a send failed for now: tried again (with how many tries it had)
+        self._again: list[tuple[Answer | Forward, int]] = []
+        self.refused = 0  # sends refused for good (logged; the dead letter has the record)
 
     @property
     def pending(self) -> bool:
         return bool(self._sent or self._to_mark or self._again)
 
-    def answer(self, action: Answer) -> bool:
+    def answer(self, action: Answer, tries: int = 0) -> bool:
         """Send what ``action`` asks; False when it was deferred to the worker holding the
-        request (nothing sent)."""
+        request (nothing sent). ``tries``: how often it failed for now before."""
         state = ClaimState.fresh
         if action.key is not None and action.reply_to is not None:
             try:
@@ -66,12 +79,12 @@ class Answerer:
             if state in (ClaimState.fresh, ClaimState.cancelled) and action.reply_to is not None:
                 self._reply(action)
         except _Later:
-            self._again.append(action)
+            self._later(action, tries)
             return True
         self._sent.append(action.ref)
         return True
 
-    def forward(self, action: Forward) -> None:
+    def forward(self, action: Forward, tries: int = 0) -> None:
         """A copy of a request record to its proper bucket topic; its record here is done
         once the copy is acknowledged (a dispatcher that dies first forwards it again, and
         the ledger answers the request id once). A copy the broker refuses for good is
@@ -81,7 +94,7 @@ class Answerer:
                 self._sent.append(action.ref)
                 return
         except _Later:
-            self._again.append(action)
+            self._later(action, tries)
             return
         letter = DeadLetter.of(
             action.value,
@@ -95,11 +108,11 @@ class Answerer:
         """Send again what failed for now, then flush; the records whose answers the broker
         acknowledged (none if it failed: they are tried again on the next call)."""
         again, self._again = self._again, []
-        for action in again:
+        for action, tries in again:
             if isinstance(action, Forward):
-                self.forward(action)
+                self.forward(action, tries)
             else:
-                self.answer(replace(action, may_defer=False))
+                self.answer(replace(action, may_defer=False), tries)
         if not self._sent and not self._to_mark:
             return []
         try:
@@ -122,9 +135,25 @@ class Answerer:
         done, self._sent = self._sent, []
         return done
 
+    def _later(self, action: Answer | Forward, tries: int) -> None:
+        """Try ``action`` again on the next ``deliver``; after ``SEND_TRIES`` an error reply
+        is given up (the dead letter, sent first, has its record; the client's resend asks
+        again), while a forward or a dead letter is tried for as long as it takes."""
+        tries += 1
+        if isinstance(action, Answer) and action.dead_letter is None and tries >= SEND_TRIES:
+            log.error("error reply to %r given up after %d tries", action.reply_to, tries)
+            self.refused += 1
+            self._sent.append(action.ref)
+            return
+        self._again.append((action, tries))
+
     # --- sends ----------------------------------------------------------------------------
     def _reply(self, action: Answer) -> None:
         assert action.key is not None and action.reply_to is not None
+        if not self.topic_exists(action.reply_to):
+            log.warning("no reply topic %r: error reply not sent", action.reply_to)
+            self.refused += 1
+            return
         tenant, request_id = action.key
         reply = Reply(
             request_id=request_id,

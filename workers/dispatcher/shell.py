@@ -57,6 +57,7 @@ from headrace.workers.dispatcher.events import (
     Tick,
     WorkersSeen,
 )
+from headrace.workers.dispatcher.known_topics import KnownTopics
 from headrace.workers.dispatcher.lag import export_lag, publish_backlog
 from headrace.workers.dispatcher.loop_watch import LoopWatch, LoopWatcher
 from headrace.workers.dispatcher.metrics import PrometheusObserver
@@ -124,6 +125,7 @@ class Dispatcher:
             self.ledger,
             self.core.topics,
             owner=f"dispatcher-{self.dispatcher_id}",
+            topic_exists=KnownTopics(self.transport.list_topics, time.monotonic).exists,
         )
         self.settler = Settler(self.transport, self.ledger)
         self.cache_rung = CacheRung(s, lambda: self.core.versions.policy)

@@ -172,6 +172,10 @@ class Transport(Protocol):
         """Create those of ``names`` that do not exist yet."""
         ...
 
+    def list_topics(self) -> set[str]:
+        """The names of every topic the broker has now (one metadata round trip)."""
+        ...
+
     def scan(
         self, topic: str, partition: int | None = None, start: int | None = None
     ) -> Iterator[Record]:

@@ -48,6 +48,10 @@ class MemoryBroker:
             if topic not in self._logs:
                 self._logs[topic] = [[] for _ in range(partitions or self.default_partitions)]
 
+    def topics(self) -> set[str]:
+        with self._cond:
+            return set(self._logs)
+
     def partitions(self, topic: str) -> list[Partition]:
         with self._cond:
             self.create(topic)
@@ -273,6 +277,9 @@ class MemoryTransport:
 
     def writer(self, delivery_timeout_s: float, *, idempotent: bool = False) -> MemoryWriter:
         return MemoryWriter(self.broker)
+
+    def list_topics(self) -> set[str]:
+        return self.broker.topics()
 
     def ensure_topics(self, names: Sequence[str], partitions: int | None = None) -> None:
         for name in names:

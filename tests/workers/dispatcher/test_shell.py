@@ -5,6 +5,7 @@ and reads cancellations from the control topic."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -58,6 +59,7 @@ class Rig:
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_to = self.topics.replies("default")
         self.transport = MemoryTransport()
+        self.transport.ensure_topics([self.reply_to])  # as the SDK makes its reply topic
         self.ledger = Ledger(redis.Redis(port=6379), self.settings.topic_prefix, 60)
         self.queue = Queue()
         self.dispatcher = Dispatcher(
@@ -288,3 +290,15 @@ def test_a_paused_bucket_stays_paused_when_the_group_hands_its_partitions_back()
         rig.until(lambda: b16 not in rig.dispatcher.reader.paused())
     finally:
         rig.dispatcher.close()
+
+
+def test_an_error_reply_to_a_topic_that_does_not_exist_is_not_sent(rig: Rig) -> None:
+    nowhere = rig.topics.replies("nowhere")
+    bad = {"request_id": "x1", "tenant": "acme", "reply_to": nowhere, "input": 5}
+    rig.writer.send(rig.topics.requests(16), json.dumps(bad).encode())
+    rig.writer.flush()
+    rig.until(lambda: len(list(rig.transport.scan(rig.topics.dead_letter))) == 1)
+    assert nowhere not in rig.transport.list_topics()  # nothing was written there
+    assert rig.dispatcher.answers.refused == 1
+    good = rig.submit("r1")  # and the dispatcher goes on
+    rig.until(lambda: any(b.items[0].request.request_id == good.request_id for b in rig.queue.sent))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import kafka
+from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from headrace.config.settings import Settings
@@ -49,6 +50,7 @@ class KafkaTransport:
         check_client_version()
         self.settings = settings
         self.tansu = settings.broker_flavor == "tansu"
+        self._admin: KafkaAdminClient | None = None  # for list_topics, opened on first use
 
     def reader(
         self,
@@ -75,6 +77,14 @@ class KafkaTransport:
             readback=readback if self.tansu else None,
         )
 
+    def list_topics(self) -> set[str]:
+        try:
+            if self._admin is None:
+                self._admin = KafkaAdminClient(**self.settings.kafka_options())
+            return set(self._admin.list_topics())
+        except KafkaError as exc:
+            raise TransportError(f"cannot list topics: {exc!r}") from exc
+
     def ensure_topics(self, names: Sequence[str], partitions: int | None = None) -> None:
         try:
             clients.ensure_topics(self.settings, names, partitions)
@@ -89,4 +99,8 @@ class KafkaTransport:
         return records_after(self.settings, topic, partition, start)
 
     def close(self) -> None:
-        """Each reader and writer holds its own connections."""
+        """Each reader and writer holds its own connections; this closes the one
+        ``list_topics`` opened."""
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
