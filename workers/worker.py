@@ -75,14 +75,12 @@ class TopicReplySink:
     def __init__(self, transport: Transport, settings: Settings) -> None:
         self.transport = transport
         self.out = transport.writer(settings.reply_delivery_timeout_s, idempotent=True)
-        self._known_topics: set[str] = set()
         self._checker: Reader | None = None  # reads replies back (``missing``)
         self._confirmed: FIFOCache[tuple[ReplyAt, str], None] = FIFOCache(maxsize=100_000)
 
     def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
-        if topic not in self._known_topics:
-            self.transport.ensure_topics([topic], partitions=1)
-            self._known_topics.add(topic)
+        """To ``topic``, which its client made (a worker creates no topic: the dispatcher
+        refuses a request whose reply topic does not exist)."""
         value = reply.model_dump_json().encode()
         self.out.send(topic, value, key=reply.request_id.encode(), headers=headers)
 

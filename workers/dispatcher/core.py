@@ -61,9 +61,12 @@ class DispatcherCore:
         wall_clock: Callable[[], float] = time.time,
         *,
         count_tokens: TokenCounter,
+        reply_topic_exists: Callable[[str], bool] = lambda _: True,
     ) -> None:
         """``count_tokens``: the served model's tokenizer (the core trusts no producer's
-        count)."""
+        count). ``reply_topic_exists``: whether a request's reply topic exists (the shell's
+        ``KnownTopics``: a lookup for a name it has not seen): a request whose reply topic
+        does not is refused, so no worker meets it."""
         self.config = config
         self.count_tokens = count_tokens
         self.clock = clock
@@ -115,6 +118,7 @@ class DispatcherCore:
             count_tokens,
             self.quotas,
             self.expected_wait_s,
+            reply_topic_exists,
         )
         self._last_commit = clock()
         self._state_logged = clock()

@@ -51,10 +51,12 @@ class RecordsIn:
         count_tokens: TokenCounter,
         quotas: Quotas,
         expected_wait_s: Callable[[int], float | None] = lambda _: None,
+        reply_topic_exists: Callable[[str], bool] = lambda _: True,
     ) -> None:
         """``expected_wait_s``: what the work queued in a bucket needs (None: not known)."""
         self.config = config
         self.expected_wait_s = expected_wait_s
+        self.reply_topic_exists = reply_topic_exists
         self.quotas = quotas
         self.topics: Topics = config.topics
         self.bucket_of_topic = bucket_of_topic
@@ -152,6 +154,9 @@ class RecordsIn:
         self.stats.records += 1
         if isinstance(parsed, Request) and not self.topics.is_reply_topic(parsed.reply_to):
             message = f"reply_to {parsed.reply_to!r} is not a reply topic of this pipeline"
+            parsed = Rejection(ErrorCode.invalid_schema, message, tenant=parsed.tenant)
+        elif isinstance(parsed, Request) and not self.reply_topic_exists(parsed.reply_to):
+            message = f"reply_to {parsed.reply_to!r} does not exist (its client creates it)"
             parsed = Rejection(ErrorCode.invalid_schema, message, tenant=parsed.tenant)
         if isinstance(parsed, Rejection):
             self._reject(record, ref, parsed, out)

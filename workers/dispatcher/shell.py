@@ -24,6 +24,7 @@ from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
 from headrace.schemas.messages import Batch
 from headrace.transport import Partition, Record, Transport, open_transport
+from headrace.transport.known_topics import KnownTopics
 from headrace.workers.dispatcher.answers import Answerer
 from headrace.workers.dispatcher.cache_rung import CacheRung
 from headrace.workers.dispatcher.config import CoreConfig
@@ -57,7 +58,6 @@ from headrace.workers.dispatcher.events import (
     Tick,
     WorkersSeen,
 )
-from headrace.workers.dispatcher.known_topics import KnownTopics
 from headrace.workers.dispatcher.lag import export_lag, publish_backlog
 from headrace.workers.dispatcher.loop_watch import LoopWatch, LoopWatcher
 from headrace.workers.dispatcher.metrics import PrometheusObserver
@@ -96,6 +96,8 @@ class Dispatcher:
             clock,
             observer=PrometheusObserver(),
             count_tokens=token_counter(settings),
+            # set up in open(): no record is read before
+            reply_topic_exists=lambda topic: self.reply_topics.exists(topic),
         )
         self.dispatcher_id = config.dispatcher_id
         self._transport = transport
@@ -120,12 +122,13 @@ class Dispatcher:
         self.limits = LimitsStore(redis_client(s), s.topic_prefix, s.quota_window_s)
         # short: a flush that fails is tried again on the next pass, and the poll loop must
         # keep its group membership meanwhile
+        self.reply_topics = KnownTopics(self.transport.list_topics, time.monotonic)
         self.answers = Answerer(
             self.transport.writer(delivery_timeout_s=3.0),
             self.ledger,
             self.core.topics,
             owner=f"dispatcher-{self.dispatcher_id}",
-            topic_exists=KnownTopics(self.transport.list_topics, time.monotonic).exists,
+            topic_exists=self.reply_topics.exists,
         )
         self.settler = Settler(self.transport, self.ledger)
         self.cache_rung = CacheRung(s, lambda: self.core.versions.policy)

@@ -3,7 +3,7 @@ asked about again for ttl_s, a failed listing never a reason to refuse."""
 
 from __future__ import annotations
 
-from headrace.workers.dispatcher.known_topics import KnownTopics
+from headrace.transport.known_topics import KnownTopics
 from tests.clock import FakeClock
 
 

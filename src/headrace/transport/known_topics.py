@@ -1,11 +1,11 @@
-"""Which topics exist, asked of the broker at most once every ``ttl_s``.
+"""Which topics exist, asked of the broker for a name not seen before.
 
-An error reply goes to the topic a request names. A Kafka producer sending to a topic the
-broker does not have waits for its metadata (``max_block_ms``, 10 s) before failing, on
-the dispatcher's loop; with automatic topic creation off (as in compose) every request
-naming a made-up reply topic would stall the loop that long. The dispatcher sends only to
-topics this says exist: a name not known is looked up (one metadata round trip), and a
-name found missing is not looked up again for ``ttl_s``.
+A Kafka producer sending to a topic the broker does not have waits for its metadata
+(``max_block_ms``, 10 s) before failing; with automatic topic creation off (as in compose),
+a request naming a made-up reply topic would stall whoever sends to it. The dispatcher
+refuses such a request (no worker meets it, and workers create no topics) and sends no error
+reply there: a name not known is looked up (one metadata round trip), and a name found
+missing is not looked up again for ``ttl_s``.
 """
 
 from __future__ import annotations
