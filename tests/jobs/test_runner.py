@@ -23,9 +23,11 @@ from headrace.jobs import finish as finish_module
 from headrace.jobs.files import read_lines
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus
-from headrace.jobs.runner import JobRunner, RunOptions
+from headrace.jobs.runner import JobRunner, RunOptions, reply_topic
 from headrace.jobs.store import JobStore
 from headrace.ops.processes import Pipeline
+from headrace.schemas.messages import EmbeddingResult, Reply
+from headrace.transport import open_transport
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -105,6 +107,20 @@ def test_openai_batch_round_trip(
         output_location=f"s3://{bucket}/out.jsonl.zst",
         error_location=str(tmp_path / "errors.jsonl"),
     )
+    # a reply forged by another tenant on the job's reply topic, before the real ones: not
+    # taken as line 1's answer
+    forged = Reply(
+        request_id=f"{job.id}-1",
+        tenant="evil",
+        model="all-MiniLM-L6-v2",
+        result=EmbeddingResult(embedding=[0.0] * 384, token_count=1),
+    )
+    topic = reply_topic(settings.topic_prefix, job.id)
+    writer = open_transport(settings).writer(10)
+    open_transport(settings).ensure_topics([topic], partitions=1)
+    writer.send(topic, forged.model_dump_json().encode(), key=forged.request_id.encode())
+    writer.flush()
+    writer.close()
     seen: list[int] = []
     lines_before = {o: lines_counted(o) for o in ("completed", "failed")}
     done = JobRunner(
@@ -124,6 +140,8 @@ def test_openai_batch_round_trip(
         assert o["response"]["request_id"] == f"{job.id}-{int(o['custom_id'][1:]) + 1}"
         body = o["response"]["body"]
         assert len(body["data"][0]["embedding"]) == 384 and body["usage"]["prompt_tokens"] > 0
+    [first] = [o for o in outputs if o["custom_id"] == "c0"]
+    assert any(first["response"]["body"]["data"][0]["embedding"])  # the real one, not forged
     errors = {
         e["id"].rsplit("-", 1)[1]: e
         for e in map(json.loads, (tmp_path / "errors.jsonl").read_text().splitlines())

@@ -315,6 +315,9 @@ class JobRunner:
         prefix, _, tail = reply.request_id.rpartition("-")
         if prefix != job.id or not tail.isdigit():
             return
+        if reply.tenant != job.tenant:  # anybody may write the topic: only its tenant's count
+            log.warning("job %s: a reply for tenant %r on its topic; skipped", job.id, reply.tenant)
+            return
         line = int(tail)
         if state.is_answered(line) or not 1 <= line <= job.total:
             return  # a duplicate, or a reply the spools already hold
