@@ -69,6 +69,7 @@ from headrace.schemas.messages import (
     Reply,
     Request,
 )
+from headrace.schemas.signing import control_signature, request_signature, tenant_keys
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport import Transport, open_transport
@@ -100,6 +101,8 @@ class Client(GenerationMixin):
         ``lane``: ``bulk`` for work that may wait for online traffic (bulk jobs use it)."""
         self.settings = settings or Settings()
         self.tenant = check_tenant(tenant)  # TenantNameError before anything connects
+        # its signing key, where the tenant has one: its requests and cancellations are signed
+        self._key = tenant_keys(self.settings.tenant_keys_dir).get(self.tenant)
         self.lane: Lane = lane
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_topic = reply_topic or self.topics.replies("default")
@@ -197,6 +200,11 @@ class Client(GenerationMixin):
                 session_id=session_id,
                 routing_key=routing_key,
             )
+            if self._key is not None:
+                signature = request_signature(
+                    self._key, request.tenant, request.request_id, request.reply_to
+                )
+                request = request.model_copy(update={"signature": signature})
             # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
             if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
                 size = len(request.model_dump_json())
@@ -365,6 +373,11 @@ class Client(GenerationMixin):
                 control = Control(
                     action="cancel", tenant=tenant or self.tenant, request_id=request_id
                 )
+                if self._key is not None and control.tenant == self.tenant:
+                    signature = control_signature(
+                        self._key, control.action, control.tenant, request_id
+                    )
+                    control = control.model_copy(update={"signature": signature})
                 self._producer.send(
                     self.topics.control,
                     control.model_dump_json().encode(),

@@ -23,6 +23,7 @@ class ErrorCode(StrEnum):
     redelivery_exhausted = "redelivery_exhausted"  # its batch crashed or timed out N times
     model_error = "model_error"
     internal = "internal"
+    unauthenticated = "unauthenticated"  # its tenant signs its records; this one was not
 
 
 class ErrorInfo(BaseModel):

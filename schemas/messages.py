@@ -127,6 +127,17 @@ class Request(_Message):
             )
         ),
     ] = None
+    signature: Annotated[
+        str | None,
+        Field(
+            max_length=128,
+            description=(
+                "For a tenant with a key: hex HMAC-SHA256 with it over 'v1\\nrequest\\n"
+                "<tenant>\\n<request_id>\\n<reply_to>' (schemas/signing.py). A dispatcher "
+                "holding the tenant's key dead-letters a request without a valid one."
+            ),
+        ),
+    ] = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -357,6 +368,7 @@ class Control(_Message):
     action: Literal["cancel"]
     tenant: TenantName
     request_id: Identifier
+    signature: str | None = Field(default=None, max_length=128)  # see schemas/signing.py
     sent_at: AwareDatetime = Field(default_factory=utc_now)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from headrace.models import tiny_lm
 from headrace.producers.client import Client
 from headrace.schemas.errors import BackpressureError, ReplyTimeoutError
 from headrace.schemas.messages import Control, EmbeddingResult, Reply, Request
+from headrace.schemas.signing import control_signature, request_signature
 from headrace.schemas.topics import Topics
 from headrace.transport.memory import MemoryTransport
 
@@ -137,3 +139,20 @@ def test_a_stream_whose_reader_goes_away_is_abandoned() -> None:
             time.sleep(0.05)
         assert client.pending == 0
         assert cancelled_ids(transport) == ["gone-1"]
+
+
+def test_a_tenant_with_a_key_signs_its_requests_and_cancellations(tmp_path: Path) -> None:
+    (tmp_path / "acme").write_bytes(b"acme-key\n")
+    transport = MemoryTransport()
+    settings = Settings(topic_prefix="c", tenant_keys_dir=tmp_path)
+    with Client(settings, tenant="acme", transport=transport) as client:
+        submission = client.submit("a signed text")
+        client.cancel(submission.request.request_id)
+    [request] = requests_on(transport, Topics("c").requests(16))
+    expected = request_signature(b"acme-key", "acme", request.request_id, request.reply_to)
+    assert request.signature == expected
+    [record] = list(transport.scan(Topics("c").control))
+    control = Control.model_validate_json(record.value)
+    assert control.signature == control_signature(b"acme-key", "cancel", "acme", request.request_id)
+    with Client(settings, tenant="globex", transport=MemoryTransport()) as other:
+        assert other.submit("no key, no signature").request.signature is None

@@ -10,6 +10,7 @@ from typing import Literal
 
 from headrace.config.settings import Settings
 from headrace.limits.policy import TenantLimits
+from headrace.schemas.signing import tenant_keys
 from headrace.schemas.topics import Lane, Topics
 from headrace.workers.batcher import Batcher, DynamicBatcher
 from headrace.workers.dispatcher.flights import Pending
@@ -29,6 +30,8 @@ class CoreConfig:
     topics: Topics
     buckets: tuple[int, ...]
     served: Mapping[str, int]
+    # tenants that sign their records, and their keys (schemas/signing.py)
+    tenant_keys: Mapping[str, bytes] = field(default_factory=dict)
     max_batch_tokens: int = 4096
     bulk_max_batch_tokens: int = 1024
     max_wait_ms: float = 20.0
@@ -79,6 +82,7 @@ class CoreConfig:
             topics=Topics(settings.topic_prefix),
             buckets=tuple(settings.buckets),
             served=dict(served),
+            tenant_keys=tenant_keys(settings.tenant_keys_dir),
             max_batch_tokens=settings.max_batch_tokens,
             bulk_max_batch_tokens=settings.bulk_max_batch_tokens,
             max_wait_ms=settings.max_wait_ms,

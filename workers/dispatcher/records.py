@@ -16,6 +16,7 @@ from cachetools import FIFOCache
 from headrace.health.tracing import TRACEPARENT, valid_traceparent
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import BatchItem, Degraded, RecordRef, Request
+from headrace.schemas.signing import request_signature, valid
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
@@ -115,6 +116,15 @@ class RecordsIn:
                 counts.append(0)
         return counts
 
+    def _signed(self, request: Request) -> bool:
+        """Whether ``request`` carries its tenant's signature (true for a tenant with no
+        key)."""
+        key = self.config.tenant_keys.get(request.tenant)
+        if key is None:
+            return True
+        expected = request_signature(key, request.tenant, request.request_id, request.reply_to)
+        return bool(valid(expected, request.signature))
+
     def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:
         """A record the core raised on: dead-lettered (``internal``), answered where it names
         a reply topic and a request id, and the rest of the poll goes on."""
@@ -155,6 +165,10 @@ class RecordsIn:
         if isinstance(parsed, Request) and not self.topics.is_reply_topic(parsed.reply_to):
             message = f"reply_to {parsed.reply_to!r} is not a reply topic of this pipeline"
             parsed = Rejection(ErrorCode.invalid_schema, message, tenant=parsed.tenant)
+        elif isinstance(parsed, Request) and not self._signed(parsed):
+            # dead-lettered only: no reply, no claim (a forgery may name a victim's request)
+            message = f"tenant {parsed.tenant!r} signs its requests; this one is not signed by it"
+            parsed = Rejection(ErrorCode.unauthenticated, message, tenant=parsed.tenant)
         elif isinstance(parsed, Request) and not self.reply_topic_exists(parsed.reply_to):
             message = f"reply_to {parsed.reply_to!r} does not exist (its client creates it)"
             parsed = Rejection(ErrorCode.invalid_schema, message, tenant=parsed.tenant)

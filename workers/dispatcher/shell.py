@@ -22,7 +22,8 @@ from headrace.health.ready import announce_ready
 from headrace.limits.store import LimitsStore
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
-from headrace.schemas.messages import Batch
+from headrace.schemas.messages import Batch, Control
+from headrace.schemas.signing import control_signature, valid
 from headrace.transport import Partition, Record, Transport, open_transport
 from headrace.transport.known_topics import KnownTopics
 from headrace.workers.dispatcher.answers import Answerer
@@ -300,13 +301,24 @@ class Dispatcher:
         if now - self._control_read < CONTROL_INTERVAL_S:
             return
         self._control_read = now
-        controls = self.control.poll()
+        controls = [c for c in self.control.poll() if self._signed(c)]
         keys = [(c.tenant, c.request_id) for c in controls]
         for key in keys:
             self.ledger.cancel(*key)
         if keys:
             self.handle(Cancelled(keys))
             self.control.commit()
+
+    def _signed(self, control: Control) -> bool:
+        """A cancellation of a tenant that signs its records counts only when signed by it."""
+        key = self.core.config.tenant_keys.get(control.tenant)
+        if key is None:
+            return True
+        expected = control_signature(key, control.action, control.tenant, control.request_id)
+        if valid(expected, control.signature):
+            return True
+        log.warning("unsigned cancellation of %s/%s ignored", control.tenant, control.request_id)
+        return False
 
     def _read_completions(self) -> None:
         completions = self.ledger.take_completions(self.dispatcher_id)

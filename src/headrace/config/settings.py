@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     # <webhook_secrets_dir>/<tenant> (a mounted secret). No secret: no webhooks.
     webhook_allowed_hosts: list[str] = Field(default_factory=list)
     webhook_secrets_dir: Path | None = None
+    # Tenants' signing keys, a file named after each (mounted secrets): a tenant with one
+    # signs what it produces (the SDK does), and dispatchers take only its signed records
+    # (schemas/signing.py). No file: the tenant's records are not signed.
+    tenant_keys_dir: Path | None = None
     # Local stack broker storage. "s3" survives broker restarts, but this tansu build stops
     # serving a partition past 1,000 stored batches (measured; see README), so "memory" is
     # the default.

@@ -13,6 +13,8 @@ import pytest
 
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Completion, GenerateParams
+from headrace.schemas.signing import request_signature
+from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.health import HealthPolicy
 from tests.workers.dispatcher.rig import MODEL, TOPICS, Rig, count_words, ids, of, ref
@@ -168,6 +170,33 @@ def test_a_request_whose_reply_topic_does_not_exist_is_refused_and_never_batched
     assert answer.error is not None and answer.error.code is ErrorCode.invalid_schema
     assert answer.reply_to is None and answer.dead_letter is not None
     assert not of(ev.SendBatch, rig.tick(1))
+
+
+def test_a_tenant_that_signs_gets_only_its_signed_requests_served() -> None:
+    key = b"acme-signing-key"
+    rig = Rig(tenant_keys={"acme": key})
+    rig.workers()
+
+    def signed(request_id: str, tenant: str = "acme", with_key: bytes = key) -> Record:
+        record = rig.request(request_id, tenant=tenant)
+        doc = json.loads(record.value)
+        doc["signature"] = request_signature(with_key, tenant, request_id, doc["reply_to"])
+        return rig.raw(json.dumps(doc).encode())
+
+    out = rig.read(
+        rig.request("plain"),  # acme signs: an unsigned one is refused
+        signed("forged", with_key=b"another key"),
+        signed("good"),
+        rig.request("other", tenant="globex"),  # globex has no key: served as before
+    )
+    refused = of(ev.Answer, out)
+    assert len(refused) == 2
+    for answer in refused:
+        assert answer.error is not None and answer.error.code is ErrorCode.unauthenticated
+        assert answer.reply_to is None and answer.key is None  # no reply, no claim
+        assert answer.dead_letter is not None
+    sent = of(ev.SendBatch, out + rig.tick())
+    assert sorted(i for send in sent for i in ids(send)) == ["good", "other"]
 
 
 def test_a_dead_letter_keeps_a_bounded_start_of_its_record_and_names_the_whole() -> None:

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import redis
@@ -26,6 +27,7 @@ from headrace.schemas.messages import (
     Reply,
     Request,
 )
+from headrace.schemas.signing import control_signature
 from headrace.schemas.topics import Topics
 from headrace.transport.memory import MemoryTransport
 from headrace.workers.dispatcher.shell import Dispatcher
@@ -302,3 +304,19 @@ def test_an_error_reply_to_a_topic_that_does_not_exist_is_not_sent(rig: Rig) -> 
     assert rig.dispatcher.answers.refused == 1
     good = rig.submit("r1")  # and the dispatcher goes on
     rig.until(lambda: any(b.items[0].request.request_id == good.request_id for b in rig.queue.sent))
+
+
+def test_a_signing_tenant_s_unsigned_cancellation_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "acme").write_bytes(b"acme-key")
+    rig = Rig(tenant_keys_dir=tmp_path)
+    try:
+        forged = Control(action="cancel", tenant="acme", request_id="r1")
+        signature = control_signature(b"acme-key", "cancel", "acme", "r2")
+        real = Control(action="cancel", tenant="acme", request_id="r2", signature=signature)
+        for control in (forged, real):
+            rig.writer.send(rig.topics.control, control.model_dump_json().encode())
+        rig.writer.flush()
+        rig.until(lambda: rig.ledger.cancelled([("acme", "r2")]) == [True])
+        assert rig.ledger.cancelled([("acme", "r1")]) == [False]
+    finally:
+        rig.dispatcher.close()
