@@ -28,6 +28,7 @@ from headrace.config.tag_rules import RuleMismatch, TagRule
 from headrace.connections import REDIS_ERRORS, S3Unavailable
 from headrace.health.ready import announce_ready
 from headrace.schemas.cache import Invalidation
+from headrace.schemas.signing import invalidation_signature, tenant_keys, valid
 from headrace.schemas.topics import Topics
 from headrace.sessions.store import SessionStore, open_sessions
 from headrace.transport import Partition, Record, Transport, open_transport
@@ -64,6 +65,8 @@ class Invalidator:
         self.sessions = sessions or open_sessions(settings)
         self._archived_at = time.monotonic()
         self.topic = Topics(settings.topic_prefix).invalidate
+        # a tenant with a key: its explicit invalidations count only when signed by it
+        self.tenant_keys = tenant_keys(settings.tenant_keys_dir)
         self.rules: dict[str, list[TagRule]] = {}
         for rule in settings.cache_tag_rules:
             self.rules.setdefault(rule.topic, []).append(rule)
@@ -134,6 +137,12 @@ class Invalidator:
                 request = Invalidation.model_validate_json(record.value)
             except ValidationError as exc:
                 self._skip("invalid_record", record, str(exc))
+                return
+            key = self.tenant_keys.get(request.tenant or "")
+            if key is not None and not valid(
+                invalidation_signature(key, request.signable()), request.signature
+            ):
+                self._skip("unauthenticated", record, f"not signed by {request.tenant}")
                 return
             scopes = _scopes(request)
             self.cache.invalidate(scopes, request.keys if request.tenant else [])

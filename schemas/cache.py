@@ -25,6 +25,12 @@ class Invalidation(_Message):
     all_of_tenant: bool = False
     model: Identifier | None = None
     model_version: str | None = None
+    # for a tenant with a signing key: over ``signable()`` (schemas/signing.py)
+    signature: str | None = Field(default=None, max_length=128)
+
+    def signable(self) -> str:
+        """The record as JSON without its signature: what a signature covers."""
+        return self.model_dump_json(exclude={"signature"})
 
     @model_validator(mode="after")
     def _something_to_do(self) -> Self:

@@ -34,6 +34,11 @@ def control_signature(key: bytes, action: str, tenant: str, request_id: str) -> 
     return _sign(key, "control", action, tenant, request_id)
 
 
+def invalidation_signature(key: bytes, unsigned_json: str) -> str:
+    """Over the invalidation record as JSON without its signature (``signable``)."""
+    return _sign(key, "invalidation", unsigned_json)
+
+
 def valid(expected: str, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(expected, given)
 
@@ -56,6 +61,7 @@ def tenant_keys(folder: Path | None) -> dict[str, bytes]:
 __all__ = [
     "TENANT_PATTERN",
     "control_signature",
+    "invalidation_signature",
     "request_signature",
     "tenant_keys",
     "valid",

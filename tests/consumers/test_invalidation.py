@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from headrace.config.tag_rules import TagRule
 from headrace.consumers.invalidation import Invalidator
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.cache import Invalidation
+from headrace.schemas.signing import invalidation_signature
 from headrace.schemas.topics import Topics
 from headrace.transport.kafka import clients as kafka_clients
 from tests.cache.entries import TAGS, new_entry
@@ -134,3 +136,34 @@ def test_explicit_invalidations_and_unreadable_records(
     for entry in (by_tag, by_key, by_tenant):
         assert cache.get(entry.key) is None
     assert cache.l2.stats()["invalidations_applied"] == 4
+
+
+def test_a_signing_tenant_s_unsigned_invalidation_is_skipped(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    (tmp_path / "acme").write_bytes(b"acme-key")
+    conf = Settings(topic_prefix=f"t-inval-{uuid.uuid4().hex[:8]}", tenant_keys_dir=tmp_path)
+    inv = Invalidator(conf)
+    stop = threading.Event()
+    thread = threading.Thread(target=inv.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        cache = open_cache(conf, l1=False)
+        kept = tagged_entry(cache, "acme", "one", "doc:1")
+        gone = tagged_entry(cache, "acme", "two", "doc:2")
+        topic = Topics(conf.topic_prefix).invalidate
+        forged = Invalidation(tenant="acme", tags=["doc:1"])  # not signed by acme
+        real = Invalidation(tenant="acme", tags=["doc:2"])
+        real = real.model_copy(
+            update={"signature": invalidation_signature(b"acme-key", real.signable())}
+        )
+        for record in (forged, real):
+            produce(conf, topic, record.model_dump_json().encode())
+        deadline = time.monotonic() + 10
+        while inv.counts["applied"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inv.counts["applied"] == 1 and inv.counts["unauthenticated"] == 1
+        assert cache.get(kept.key) is not None and cache.get(gone.key) is None
+    finally:
+        stop.set()
+        thread.join(timeout=10)
