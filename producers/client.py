@@ -143,6 +143,7 @@ class Client(GenerationMixin):
         generation: GenerateParams | None = None,
         session_id: str | None = None,
         routing_key: str | None = None,
+        vector_encoding: Literal["float", "base64"] = "float",
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
         ``InvalidRequestError`` subclass naming the first bad text. ``generation``: the
@@ -199,6 +200,7 @@ class Client(GenerationMixin):
                 cache=directive,
                 session_id=session_id,
                 routing_key=routing_key,
+                vector_encoding=vector_encoding,
             )
             if self._key is not None:
                 signature = request_signature(
@@ -343,13 +345,16 @@ class Client(GenerationMixin):
     def embed(
         self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
     ) -> list[list[float]]:
-        """Embeddings of ``texts`` in order; raises RequestFailedError on an error reply."""
+        """Embeddings of ``texts`` in order; raises RequestFailedError on an error reply.
+        (They travel as float32 bytes: ``vector_encoding`` base64.)"""
+        options.setdefault("vector_encoding", "base64")
         submissions = self.submit_many(texts, **options)
         return [embedding_of(s.result(wait_s)) for s in submissions]
 
     async def aembed(
         self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
     ) -> list[list[float]]:
+        options.setdefault("vector_encoding", "base64")
         submissions = await asyncio.to_thread(self.submit_many, texts, **options)
         replies = await asyncio.wait_for(
             asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), wait_s

@@ -30,4 +30,4 @@ def embedding_of(reply: Reply) -> list[float]:
     if reply.error is not None:
         raise RequestFailedError(reply.request_id, reply.error)
     assert isinstance(reply.result, EmbeddingResult)
-    return reply.result.embedding
+    return reply.result.vector()

@@ -6,7 +6,9 @@ Batch and Completion are the internal contract between dispatcher and worker.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import struct
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -127,6 +129,16 @@ class Request(_Message):
             )
         ),
     ] = None
+    vector_encoding: Annotated[
+        Literal["float", "base64"],
+        Field(
+            description=(
+                "How an embedding comes back: JSON numbers (EmbeddingResult.embedding), or "
+                "little-endian float32 bytes in base64 (EmbeddingResult.embedding_base64), "
+                "smaller and cheaper to make and to read."
+            )
+        ),
+    ] = "float"
     signature: Annotated[
         str | None,
         Field(
@@ -196,9 +208,35 @@ class Cost(_Message):
 
 
 class EmbeddingResult(_Message):
-    embedding: list[float]
+    """The vector as JSON numbers (``embedding``), or, where the request asked for
+    ``vector_encoding`` ``base64``, as its little-endian float32 bytes in base64
+    (``embedding_base64``, OpenAI's ``encoding_format=base64``): one of the two."""
+
+    embedding: list[float] | None = None
+    embedding_base64: str | None = None
     token_count: int
     truncated: bool = False
+
+    @model_validator(mode="after")
+    def _one_encoding(self) -> Self:
+        if (self.embedding is None) == (self.embedding_base64 is None):
+            raise ValueError("an embedding result holds embedding or embedding_base64")
+        return self
+
+    def vector(self) -> list[float]:
+        """The vector as floats, whichever way it came."""
+        if self.embedding is not None:
+            return self.embedding
+        assert self.embedding_base64 is not None
+        raw = base64.b64decode(self.embedding_base64)
+        return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+    def as_base64(self) -> str:
+        """The vector as little-endian float32 bytes in base64."""
+        if self.embedding_base64 is not None:
+            return self.embedding_base64
+        assert self.embedding is not None
+        return base64.b64encode(struct.pack(f"<{len(self.embedding)}f", *self.embedding)).decode()
 
 
 class Usage(_Message):

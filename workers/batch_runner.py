@@ -6,6 +6,7 @@ Every request of the batch ends with exactly one of: a reply produced now, alrea
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import time
@@ -13,8 +14,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
+import numpy as np
 import torch
 
 from headrace.health.tracing import Headers
@@ -287,12 +289,21 @@ Computed = tuple[list[EmbeddingResult | GenerationResult], int, int]
 
 
 def _embed(backend: Backend, runnable: list[tuple[BatchItem, EncodedItem]]) -> Computed:
+    """The batch's vectors as one float32 array; a row asking for ``base64`` gets its bytes
+    (no float objects, no decimal printing), the others JSON numbers."""
     normalize = [cast(EmbedParams, i.request.params).normalize for i, _ in runnable]
     vectors, real, padded = backend.embed([enc for _, enc in runnable], normalize)
-    results: list[EmbeddingResult | GenerationResult] = [
-        EmbeddingResult(embedding=v, token_count=enc.token_count, truncated=enc.truncated)
-        for (_, enc), v in zip(runnable, vectors, strict=True)
-    ]
+    array = np.asarray(vectors, dtype="<f4")
+    results: list[EmbeddingResult | GenerationResult] = []
+    for k, (item, enc) in enumerate(runnable):
+        if item.request.vector_encoding == "base64":
+            encoded = base64.b64encode(array[k].tobytes()).decode("ascii")
+            vector: dict[str, Any] = {"embedding_base64": encoded}
+        else:
+            vector = {"embedding": array[k].tolist()}
+        results.append(
+            EmbeddingResult(**vector, token_count=enc.token_count, truncated=enc.truncated)
+        )
     return results, real, padded
 
 

@@ -43,7 +43,7 @@ class Side:
     def of(cls, version: str, reply: Reply) -> Side:
         result = reply.result
         if isinstance(result, EmbeddingResult):
-            return cls(version, True, vector=result.embedding)
+            return cls(version, True, vector=result.vector())
         if isinstance(result, GenerationResult):
             return cls(version, True, text=result.text, tokens=result.usage.completion_tokens)
         return cls(version, False)

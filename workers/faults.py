@@ -26,6 +26,7 @@ from headrace.workers.backends.base import (
     OnFinished,
     Sampling,
     Shape,
+    Vectors,
 )
 
 log = logging.getLogger(__name__)
@@ -91,9 +92,7 @@ class FaultyBackend:
         self._slow = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.slow)}
         return items
 
-    def embed(
-        self, items: list[EncodedItem], normalize: list[bool]
-    ) -> tuple[list[list[float]], int, int]:
+    def embed(self, items: list[EncodedItem], normalize: list[bool]) -> tuple[Vectors, int, int]:
         self._inject(items)
         return cast(Backend, self.inner).embed(items, normalize)
 

@@ -165,3 +165,16 @@ def test_a_tenant_name_that_could_collide_in_a_key_is_refused_on_the_wire(tenant
     with pytest.raises(TenantNameError):
         check_tenant(tenant)
     assert check_tenant("acme_2-x") == "acme_2-x"
+
+
+def test_an_embedding_comes_as_numbers_or_as_float32_bytes_and_reads_the_same() -> None:
+    floats = EmbeddingResult(embedding=[0.5, -1.25, 3.0], token_count=3)
+    packed = EmbeddingResult(embedding_base64=floats.as_base64(), token_count=3)
+    assert packed.vector() == floats.vector() == [0.5, -1.25, 3.0]
+    assert packed.as_base64() == floats.as_base64() == "AAAAPwAAoL8AAEBA"  # <f4 bytes
+    again = EmbeddingResult.model_validate_json(packed.model_dump_json())
+    assert again.vector() == [0.5, -1.25, 3.0]
+    with pytest.raises(ValidationError):
+        EmbeddingResult(token_count=3)  # neither
+    with pytest.raises(ValidationError):
+        EmbeddingResult(embedding=[1.0], embedding_base64="AACAPw==", token_count=1)  # both

@@ -6,8 +6,11 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from headrace.config.settings import Settings
 from headrace.schemas.messages import Batch, BatchItem, RecordRef, Request
 from headrace.schemas.topics import Topics
+from headrace.transport import open_transport
+from headrace.workers.worker import TopicReplySink
 
 
 def make_batch(prefix: str, texts: list[str], model: str, **request_fields: Any) -> Batch:
@@ -32,3 +35,11 @@ def make_batch(prefix: str, texts: list[str], model: str, **request_fields: Any)
     return Batch(
         batch_id=uuid.uuid4().hex, bucket=16, dispatcher_id="d", dispatched_at=0, items=items
     )
+
+
+def runner_sink(settings: Settings) -> TopicReplySink:
+    """A worker's reply sink for batches of ``make_batch``, with their reply topic made first
+    (as their client would: a worker creates no topics)."""
+    transport = open_transport(settings)
+    transport.ensure_topics([Topics(settings.topic_prefix).replies("runner")], partitions=1)
+    return TopicReplySink(transport, settings)

@@ -16,7 +16,8 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Completion, Reply
+from headrace.schemas.messages import Completion, EmbeddingResult, Reply
+from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
 from headrace.transport.base import Delivered
 from headrace.workers.backends import EmbeddingBackend
@@ -27,7 +28,7 @@ from headrace.workers.ledger import ClaimState, Ledger
 from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
 from tests.models.loaded import loaded_minilm
-from tests.workers.batches import make_batch
+from tests.workers.batches import make_batch, runner_sink
 
 MODEL = "all-MiniLM-L6-v2"
 
@@ -64,7 +65,7 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
     ctx = BatchContext(
         backend=model,
         ledger=ledger,
-        sink=TopicReplySink(open_transport(settings), settings),
+        sink=runner_sink(settings),
         worker_id="w",
     )
     texts = [f"sentence number {i}" for i in range(8)]
@@ -106,7 +107,7 @@ def test_each_reply_carries_its_share_of_the_batch_device_time(
     ctx = BatchContext(
         backend=backend,
         ledger=Ledger(connections.redis_client(settings), prefix, 60),
-        sink=TopicReplySink(open_transport(settings), settings),
+        sink=runner_sink(settings),
         worker_id="w",
     )
     texts = ["short", "a somewhat longer sentence than the first", "mid length one"]
@@ -184,7 +185,7 @@ def test_batches_take_turns_at_the_model_and_one_delivers_while_the_next_compute
     shared = BatchContext(
         backend=model,
         ledger=Ledger(connections.redis_client(settings), prefix, 60),
-        sink=TopicReplySink(open_transport(settings), settings),
+        sink=runner_sink(settings),
         worker_id="w",
         model_turn=threading.Lock(),
     )
@@ -207,3 +208,28 @@ def test_batches_take_turns_at_the_model_and_one_delivers_while_the_next_compute
     assert held.released is True  # the second batch computed while the first delivered
     assert model.most_inside == 1  # never two batches in the model at once
     assert len(done["first"].done) == 2 and len(done["second"].done) == 1
+
+
+def test_a_request_asking_for_base64_gets_the_same_vector_as_float32_bytes(
+    stack: LocalStack, backend: EmbeddingBackend
+) -> None:
+    prefix = f"t-b64-{uuid.uuid4().hex[:8]}"
+    settings = Settings(topic_prefix=prefix)
+    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    ctx = BatchContext(backend=backend, ledger=ledger, sink=runner_sink(settings))
+    texts = ["a river runs", "to the mill"]
+    as_floats = make_batch(prefix, texts, MODEL)
+    as_bytes = make_batch(prefix, texts, MODEL, vector_encoding="base64")
+    run_batch(as_floats, ctx)
+    run_batch(as_bytes, ctx)
+    results = {}
+    for record in read_topic(settings, Topics(prefix).replies("runner")):
+        reply = Reply.model_validate_json(record.value)
+        assert isinstance(reply.result, EmbeddingResult)
+        results[reply.request_id] = reply.result
+    for plain, packed in zip(as_floats.items, as_bytes.items, strict=True):
+        floats = results[plain.request.request_id]
+        bytes_ = results[packed.request.request_id]
+        assert floats.embedding is not None and bytes_.embedding is None
+        assert bytes_.embedding_base64 is not None
+        assert bytes_.vector() == pytest.approx(floats.vector(), abs=1e-6)

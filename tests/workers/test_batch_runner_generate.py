@@ -37,7 +37,7 @@ from headrace.workers.ledger import Ledger
 from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
 from tests.tiny_model import load_test_lm
-from tests.workers.batches import make_batch
+from tests.workers.batches import make_batch, runner_sink
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,9 +136,7 @@ def test_a_redelivered_batch_streams_the_same_pieces(
         run_batch(batch, crashing)
     time.sleep(0.5)  # its claim expires, as a dead worker's does
     again = batch.model_copy(update={"batch_id": uuid.uuid4().hex, "attempt": 2})
-    healthy = BatchContext(
-        backend=backend, ledger=ledger, sink=TopicReplySink(open_transport(settings), settings)
-    )
+    healthy = BatchContext(backend=backend, ledger=ledger, sink=runner_sink(settings))
     run_batch(again, healthy)
 
     out = [r for r in records(settings, batch) if r.request_id == rid]
@@ -264,7 +262,7 @@ def test_rows_answered_early_are_not_computed_again_when_the_rest_fail(
         params=GenerateParams(max_tokens=4),
     )
     model = FailsAfterFirstRow(inner)
-    sink = TopicReplySink(open_transport(settings), settings)
+    sink = runner_sink(settings)
     try:
         done = run_batch(batch, BatchContext(backend=model, ledger=ledger, sink=sink))
     finally:

@@ -7,9 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 FinishReason = Literal["stop", "length", "abort"]  # abort: cancelled while running
+# a batch's vectors, [rows, dim]: one float32 array (a model's), or lists of floats
+Vectors = npt.NDArray[np.float32] | list[list[float]]
 
 
 def place_on_device(model: Any, device: torch.device) -> tuple[Any, int]:
@@ -178,10 +182,9 @@ class ModelBackend(Protocol):
 class Backend(ModelBackend, Protocol):
     """An embedding backend."""
 
-    def embed(
-        self, items: list[EncodedItem], normalize: list[bool]
-    ) -> tuple[list[list[float]], int, int]:
-        """Embeddings, real tokens and padded tokens of the batch (no too_long items)."""
+    def embed(self, items: list[EncodedItem], normalize: list[bool]) -> tuple[Vectors, int, int]:
+        """Embeddings ([rows, dim]), real tokens and padded tokens of the batch (no
+        too_long items)."""
         ...
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from tokenizers import Tokenizer
 
@@ -137,7 +138,7 @@ class EmbeddingBackend:
 
     def embed(
         self, items: list[EncodedItem], normalize: list[bool]
-    ) -> tuple[list[list[float]], int, int]:
+    ) -> tuple[npt.NDArray[np.float32], int, int]:
         if any(item.too_long for item in items):
             raise ValueError("too_long items cannot be embedded")
         ids, mask, real = padded_batch(items, self.pad_id)
@@ -146,8 +147,8 @@ class EmbeddingBackend:
         if any(normalize):
             flags = torch.tensor(normalize, device=pooled.device).unsqueeze(1)
             pooled = torch.where(flags, torch.nn.functional.normalize(pooled, dim=1), pooled)
-        # one copy to the host, as one float32 array, then one conversion
-        vectors: list[list[float]] = pooled.float().cpu().numpy().tolist()
+        # one copy to the host, kept as one float32 array (no float objects per value)
+        vectors: npt.NDArray[np.float32] = pooled.float().cpu().numpy()
         return vectors, real, ids.numel()
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:

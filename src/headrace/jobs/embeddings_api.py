@@ -10,8 +10,6 @@ it again: ``usage`` is what the model saw). ``encoding_format``: ``float``, or `
 from __future__ import annotations
 
 import asyncio
-import base64
-import struct
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
@@ -39,11 +37,6 @@ class EmbeddingsCreate(BaseModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)
     user: str | None = None
-
-
-def encode_base64(vector: list[float]) -> str:
-    """A vector as OpenAI's base64 encoding: little-endian float32."""
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
 def _texts(body: EmbeddingsCreate, spec: ModelSpec, settings: Settings) -> list[str]:
@@ -100,7 +93,9 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
         texts = _texts(body, spec, client.settings)
         submissions = []
         try:
-            submissions = await asyncio.to_thread(client.submit_many, texts, model=body.model)
+            submissions = await asyncio.to_thread(
+                client.submit_many, texts, model=body.model, vector_encoding="base64"
+            )
             replies = await asyncio.wait_for(
                 asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), WAIT_S
             )
@@ -118,8 +113,8 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
                 raise reply_error(reply.error)
             assert isinstance(reply.result, EmbeddingResult)
             tokens += reply.result.token_count
-            vector = reply.result.embedding
-            encoded = encode_base64(vector) if body.encoding_format == "base64" else vector
+            result = reply.result
+            encoded = result.as_base64() if body.encoding_format == "base64" else result.vector()
             data.append({"object": "embedding", "index": i, "embedding": encoded})
         return {
             "object": "list",

@@ -178,7 +178,7 @@ def success_line(
         return _dump(job_id, line, custom_id, response, None)
     body = {
         "object": "list",
-        "data": [{"object": "embedding", "index": 0, "embedding": result.embedding}],
+        "data": [{"object": "embedding", "index": 0, "embedding": result.vector()}],
         "model": model,
         "usage": {"prompt_tokens": result.token_count, "total_tokens": result.token_count},
     }
