@@ -17,7 +17,7 @@ from cachetools import TTLCache
 
 log = logging.getLogger(__name__)
 
-TTL_S = 5.0
+TTL_S = 1.0
 
 
 class KnownTopics:
