@@ -219,10 +219,10 @@ class Client(GenerationMixin):
         return out
 
     def _bounded(self, i: int, text: str, limit: int, cut: bool, keep_end: bool) -> str:
-        """``text``, refused before it is tokenized when it cannot fit: empty, past
-        ``max_request_bytes`` in characters, or past ``limit`` tokens of
-        ``CHARS_PER_TOKEN_MAX`` characters each (cut to that where ``cut``: its end for a
-        prompt, its start for an embedding). Tokenizing a 40 MB string took 25 s."""
+        """``text``, refused before it is tokenized when it cannot fit: empty, or past
+        ``limit`` tokens of ``CHARS_PER_TOKEN_MAX`` characters each (cut to that where
+        ``cut``: its end for a prompt, its start for an embedding). Tokenizing a 40 MB
+        string took 25 s."""
         if not text.strip():
             raise EmptyInputError(f"text {i} is empty")
         chars = limit * CHARS_PER_TOKEN_MAX
@@ -230,11 +230,6 @@ class Client(GenerationMixin):
             return text
         if cut:
             return text[-chars:] if keep_end else text[:chars]
-        if len(text) > self.settings.max_request_bytes:
-            raise RequestTooLargeError(
-                f"text {i} has {len(text)} characters; a request holds at most "
-                f"{self.settings.max_request_bytes} bytes (max_request_bytes)"
-            )
         raise InputTooLongError(
             f"text {i} has {len(text)} characters: more than {limit} tokens can hold "
             f"(at most {CHARS_PER_TOKEN_MAX} characters a token); pass truncate=True to cut it"
