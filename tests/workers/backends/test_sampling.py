@@ -69,17 +69,20 @@ def test_a_row_draws_the_same_tokens_whatever_its_batch_mates() -> None:
 
 
 def test_draws_follow_the_distribution() -> None:
-    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 1e-9]]))
-    params = [GenerateParams(temperature=1.0)]
-    counts = Counter(choose_tokens(logits, params, [3], [k]).item() for k in range(4000))
-    assert counts[3] == 0
-    for token, p in ((0, 0.5), (1, 0.3), (2, 0.2)):
-        assert abs(counts[token] / 4000 - p) < 0.03, counts
-    nucleus = [GenerateParams(temperature=1.0, top_p=0.6)]  # keeps tokens 0 and 1
-    kept = {choose_tokens(logits, nucleus, [5], [k]).item() for k in range(300)}
-    assert kept == {0, 1}
-    across_seeds = Counter(choose_tokens(logits, params, [s], [0]).item() for s in range(4000))
-    assert abs(across_seeds[0] / 4000 - 0.5) < 0.03, across_seeds
+    n = 4000  # drawn as one batch of n rows: the same draws as n steps of one row
+
+    def draws(top_p: float, seeds: list[int], steps: list[int]) -> Counter[int]:
+        logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 1e-9]])).expand(len(seeds), 4)
+        params = [GenerateParams(temperature=1.0, top_p=top_p)] * len(seeds)
+        return Counter(choose_tokens(logits, params, seeds, steps).tolist())
+
+    over_steps = draws(1.0, [3] * n, list(range(n)))
+    over_seeds = draws(1.0, list(range(n)), [0] * n)
+    for counts in (over_steps, over_seeds):
+        assert counts[3] == 0
+        for token, p in ((0, 0.5), (1, 0.3), (2, 0.2)):
+            assert abs(counts[token] / n - p) < 0.03, counts
+    assert set(draws(0.6, [5] * 300, list(range(300)))) == {0, 1}  # top_p keeps 0 and 1
 
 
 @pytest.fixture(scope="module")
