@@ -4,34 +4,16 @@ unimportable, as on the GPU machine, so that it cannot rot between lent GPUs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from headrace.models.registry import model_spec
-
-ROOT = Path(__file__).resolve().parents[2]
-RUN = """
-import runpy, sys
-sys.modules["pydantic"] = None  # import pydantic now fails
-sys.argv = ["gpu_bench.py", *sys.argv[1:]]
-runpy.run_path("scripts/gpu_bench.py", run_name="__main__")
-"""
+from tests.scripts.without_pydantic import quick_report
 
 
 @pytest.mark.timeout(300)
 def test_gpu_bench_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
-    out = tmp_path / "report.json"
-    model_dir = str(model_spec("all-MiniLM-L6-v2").path)
-    args = ["--device", "cpu", "--quick", "--model-dir", model_dir, "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-c", RUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=280
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = quick_report("gpu_bench.py", tmp_path / "report.json", timeout_s=280)
     embeddings = report["embeddings"]
     assert embeddings["useful_tokens"] > 0
     assert all(

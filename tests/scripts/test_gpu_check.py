@@ -4,7 +4,6 @@ unimportable, since the GPU machine may not have it."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,26 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from headrace.models.registry import model_spec
-
-ROOT = Path(__file__).resolve().parents[2]
-RUN = """
-import runpy, sys
-sys.modules["pydantic"] = None  # import pydantic now fails
-sys.argv = ["gpu_check.py", *sys.argv[1:]]
-runpy.run_path("scripts/gpu_check.py", run_name="__main__")
-"""
+from tests.scripts.without_pydantic import ROOT, quick_report
 
 
 def test_gpu_check_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
-    out = tmp_path / "report.json"
-    model_dir = str(model_spec("all-MiniLM-L6-v2").path)
-    args = ["--device", "cpu", "--quick", "--model-dir", model_dir, "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-c", RUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = quick_report("gpu_check.py", tmp_path / "report.json", timeout_s=240)
     assert report["embedding"]["cosine_vs_cpu_fp32"]["min"] >= 0.999
     assert all(rate > 0 for rate in report["embedding"]["tokens_per_s"].values())
     generation = report["generation"]
