@@ -28,7 +28,7 @@ from headrace.config.tag_rules import RuleMismatch, TagRule
 from headrace.connections import REDIS_ERRORS, S3Unavailable
 from headrace.health.ready import announce_ready
 from headrace.schemas.cache import Invalidation
-from headrace.schemas.signing import invalidation_signature, tenant_keys, valid
+from headrace.schemas.signing import invalidation_signature, signed_by, tenant_keys
 from headrace.schemas.topics import Topics
 from headrace.sessions.store import SessionStore, open_sessions
 from headrace.transport import Partition, Record, Transport, open_transport
@@ -138,10 +138,13 @@ class Invalidator:
             except ValidationError as exc:
                 self._skip("invalid_record", record, str(exc))
                 return
-            key = self.tenant_keys.get(request.tenant or "")
-            if key is not None and not valid(
-                invalidation_signature(key, request.signable()), request.signature
-            ):
+            signed = signed_by(
+                self.tenant_keys,
+                request.tenant,
+                request.signature,
+                lambda key: invalidation_signature(key, request.signable()),
+            )
+            if not signed:
                 self._skip("unauthenticated", record, f"not signed by {request.tenant}")
                 return
             scopes = _scopes(request)

@@ -69,7 +69,7 @@ from headrace.schemas.messages import (
     Reply,
     Request,
 )
-from headrace.schemas.signing import control_signature, request_signature, tenant_keys
+from headrace.schemas.signing import control_signature, request_signature, tenant_key
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport import Transport, open_transport
@@ -102,7 +102,7 @@ class Client(GenerationMixin):
         self.settings = settings or Settings()
         self.tenant = check_tenant(tenant)  # TenantNameError before anything connects
         # its signing key, where the tenant has one: its requests and cancellations are signed
-        self._key = tenant_keys(self.settings.tenant_keys_dir).get(self.tenant)
+        self._key = tenant_key(self.settings.tenant_keys_dir, self.tenant)
         self.lane: Lane = lane
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_topic = reply_topic or self.topics.replies("default")

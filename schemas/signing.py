@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from headrace.schemas.tenants import TENANT_PATTERN, check_tenant
@@ -43,19 +44,33 @@ def valid(expected: str, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(expected, given)
 
 
+def signed_by(
+    keys: Mapping[str, bytes], tenant: str | None, given: str | None, sign: Callable[[bytes], str]
+) -> bool:
+    """Whether ``given`` is ``tenant``'s signature (``sign(key)``); true for a tenant with
+    no key."""
+    key = keys.get(tenant or "")
+    return key is None or valid(sign(key), given)
+
+
+def tenant_key(folder: Path | None, tenant: str) -> bytes | None:
+    """``tenant``'s secret: the file named after it in ``folder`` (None: no such file, or not
+    a valid tenant name)."""
+    if folder is None:
+        return None
+    try:
+        path = folder / check_tenant(tenant)
+    except ValueError:
+        return None
+    return path.read_bytes().strip() if path.is_file() else None
+
+
 def tenant_keys(folder: Path | None) -> dict[str, bytes]:
     """Every tenant key in ``folder``: a file named after its tenant (others are skipped)."""
     if folder is None or not folder.is_dir():
         return {}
-    keys = {}
-    for path in sorted(folder.iterdir()):
-        try:
-            tenant = check_tenant(path.name)
-        except ValueError:
-            continue
-        if path.is_file():
-            keys[tenant] = path.read_bytes().strip()
-    return keys
+    keys = {path.name: tenant_key(folder, path.name) for path in sorted(folder.iterdir())}
+    return {tenant: key for tenant, key in keys.items() if key is not None}
 
 
 __all__ = [
@@ -63,6 +78,8 @@ __all__ = [
     "control_signature",
     "invalidation_signature",
     "request_signature",
+    "signed_by",
+    "tenant_key",
     "tenant_keys",
     "valid",
 ]

@@ -16,7 +16,7 @@ from cachetools import FIFOCache
 from headrace.health.tracing import TRACEPARENT, valid_traceparent
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import BatchItem, Degraded, RecordRef, Request
-from headrace.schemas.signing import request_signature, valid
+from headrace.schemas.signing import request_signature, signed_by
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
@@ -119,11 +119,14 @@ class RecordsIn:
     def _signed(self, request: Request) -> bool:
         """Whether ``request`` carries its tenant's signature (true for a tenant with no
         key)."""
-        key = self.config.tenant_keys.get(request.tenant)
-        if key is None:
-            return True
-        expected = request_signature(key, request.tenant, request.request_id, request.reply_to)
-        return bool(valid(expected, request.signature))
+        return signed_by(
+            self.config.tenant_keys,
+            request.tenant,
+            request.signature,
+            lambda key: request_signature(
+                key, request.tenant, request.request_id, request.reply_to
+            ),
+        )
 
     def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:
         """A record the core raised on: dead-lettered (``internal``), answered where it names

@@ -23,7 +23,7 @@ from headrace.limits.store import LimitsStore
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
 from headrace.schemas.messages import Batch, Control
-from headrace.schemas.signing import control_signature, valid
+from headrace.schemas.signing import control_signature, signed_by
 from headrace.transport import Partition, Record, Transport, open_transport
 from headrace.transport.known_topics import KnownTopics
 from headrace.workers.dispatcher.answers import Answerer
@@ -311,11 +311,12 @@ class Dispatcher:
 
     def _signed(self, control: Control) -> bool:
         """A cancellation of a tenant that signs its records counts only when signed by it."""
-        key = self.core.config.tenant_keys.get(control.tenant)
-        if key is None:
-            return True
-        expected = control_signature(key, control.action, control.tenant, control.request_id)
-        if valid(expected, control.signature):
+        if signed_by(
+            self.core.config.tenant_keys,
+            control.tenant,
+            control.signature,
+            lambda key: control_signature(key, control.action, control.tenant, control.request_id),
+        ):
             return True
         log.warning("unsigned cancellation of %s/%s ignored", control.tenant, control.request_id)
         return False

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from headrace.config.settings import Settings
+from headrace.schemas.signing import tenant_key
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +89,13 @@ def check_target(url: str, settings: Settings) -> str:
 
 
 def secret_of(tenant: str, settings: Settings) -> bytes:
-    folder = settings.webhook_secrets_dir
-    path = folder / tenant if folder is not None else None
-    if path is None or "/" in tenant or tenant.startswith(".") or not path.is_file():
+    secret = tenant_key(settings.webhook_secrets_dir, tenant)
+    if secret is None:
         raise WebhookRefused(
             f"tenant {tenant!r} has no webhook secret (a file named after it in "
             "webhook_secrets_dir); webhooks are signed with it"
         )
-    return path.read_bytes().strip()
+    return secret
 
 
 def sign(secret: bytes, body: bytes, at: int) -> str:

@@ -301,7 +301,7 @@ def cache_invalidate(
     from pydantic import ValidationError
 
     from headrace.schemas.cache import Invalidation
-    from headrace.schemas.signing import invalidation_signature, tenant_keys
+    from headrace.schemas.signing import invalidation_signature, tenant_key
     from headrace.schemas.topics import Topics
     from headrace.transport import open_transport
 
@@ -318,7 +318,7 @@ def cache_invalidate(
         console.print(f"[red]invalid invalidation:[/red] {exc.errors()[0]['msg']}")
         raise typer.Exit(2) from exc
     settings = _needs("kafka")
-    signing = tenant_keys(settings.tenant_keys_dir).get(tenant or "")
+    signing = tenant_key(settings.tenant_keys_dir, tenant or "")
     if signing is not None:  # the tenant signs its records: so does this one
         signature = invalidation_signature(signing, record.signable())
         record = record.model_copy(update={"signature": signature})
