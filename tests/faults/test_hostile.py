@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from headrace.config.settings import Settings
-from headrace.ops.localstack import LocalStack
+from headrace.ops.localstack import LocalStack, wait_for
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorCode
@@ -73,14 +73,15 @@ def test_hostile_records_are_dead_lettered_and_good_traffic_is_answered(
         answered_s = time.monotonic() - sent_at
         assert pipeline.dispatcher.alive(), "the dispatcher exited"
         assert all(worker.alive() for worker in pipeline.workers), "a worker exited"
-        deadline = time.monotonic() + 30
-        letters: list[DeadLetter] = []
-        while len(letters) < len(cases) and time.monotonic() < deadline:
-            letters = [
+
+        def dead_letters() -> list[DeadLetter]:
+            return [
                 DeadLetter.model_validate_json(r.value)
                 for r in read_topic(settings, topics.dead_letter)
             ]
-            time.sleep(0.5)
+
+        wait_for(lambda: len(dead_letters()) >= len(cases), 30, "the hostile records' letters")
+        letters = dead_letters()
         own_replies = [final_reply(r.value) for r in read_topic(settings, client.reply_topic)]
         others = read_topic(settings, f"{prefix}-other.replies.default")
         on_requests = read_topic(settings, topics.requests(16))
