@@ -1,19 +1,23 @@
 """Fault injection for tests and drills: a backend wrapper that fails on marked inputs.
 
 Enabled only by the ``fault_poison_marker`` / ``fault_crash_marker`` / ``fault_slow_marker``
-settings. It wraps any backend, embedding or generation: an input that contains the poison
-marker makes the model raise for any batch holding it (so bisection has to isolate it); one
-that contains the crash marker kills the worker process mid-batch, after its requests were
-claimed, the way a segfault or the OOM killer would; one with the slow marker holds its batch
-for a while (to cancel or time out something that is running).
+/ ``fault_stall_marker`` settings. It wraps any backend, embedding or generation: an input
+that contains the poison marker makes the model raise for any batch holding it (so bisection
+has to isolate it); one that contains the crash marker kills the worker process mid-batch,
+after its requests were claimed, the way a segfault or the OOM killer would; one with the slow
+marker holds its batch for a while (to cancel or time out something that is running); one
+with the stall marker never ends its batch, the model at work and not moving, the way a hung
+kernel or a deadlocked decode loop would (the worker's stall watch ends such a worker).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import cast
 
 from headrace.workers.backends.base import (
@@ -28,6 +32,7 @@ from headrace.workers.backends.base import (
     Shape,
     Vectors,
 )
+from headrace.workers.backends.pulse import Pulse
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +51,19 @@ class FaultyBackend:
         crash: str | None = None,
         slow: str | None = None,
         slow_s: float = 3.0,
+        stall: str | None = None,
     ) -> None:
         self.inner = inner
         self.poison = poison
         self.crash = crash
         self.slow = slow
         self.slow_s = slow_s
+        self.stall = stall
         self._poisoned: set[int] = set()
         self._crashing: set[int] = set()
         self._slow: set[int] = set()
+        self._stalling: set[int] = set()
+        self._never = threading.Event()  # what a stalled batch waits for
 
     @property
     def name(self) -> str:
@@ -76,6 +85,11 @@ class FaultyBackend:
     def timings(self) -> LoadTimings:
         return self.inner.timings
 
+    @property
+    def pulse(self) -> Pulse | None:
+        pulse: Pulse | None = getattr(self.inner, "pulse", None)
+        return pulse
+
     def load_weights(self) -> None:
         self.inner.load_weights()
 
@@ -90,6 +104,7 @@ class FaultyBackend:
         self._poisoned = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.poison)}
         self._crashing = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.crash)}
         self._slow = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.slow)}
+        self._stalling = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.stall)}
         return items
 
     def embed(self, items: list[EncodedItem], normalize: list[bool]) -> tuple[Vectors, int, int]:
@@ -116,6 +131,11 @@ class FaultyBackend:
             raise InjectedFault("injected poison input")
         if any(id(i) in self._slow for i in items):
             time.sleep(self.slow_s)
+        if any(id(i) in self._stalling for i in items):
+            log.error("injected stall: this batch's model never moves again")
+            pulse = self.pulse
+            with pulse.forward() if pulse is not None else nullcontext():
+                self._never.wait()
 
 
 def _has(text: str, marker: str | None) -> bool:

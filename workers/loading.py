@@ -159,7 +159,13 @@ def make_backend(settings: Settings, spec: ModelSpec, folder: Path) -> ModelBack
             pooling=spec.pooling,
             normalize=spec.normalize,
         )
-    if settings.fault_poison_marker or settings.fault_crash_marker or settings.fault_slow_marker:
+    markers = (
+        settings.fault_poison_marker,
+        settings.fault_crash_marker,
+        settings.fault_slow_marker,
+        settings.fault_stall_marker,
+    )
+    if any(markers):
         log.warning("FAULT INJECTION ENABLED: this worker fails marked inputs on purpose")
         backend = FaultyBackend(
             backend,
@@ -167,6 +173,7 @@ def make_backend(settings: Settings, spec: ModelSpec, folder: Path) -> ModelBack
             crash=settings.fault_crash_marker,
             slow=settings.fault_slow_marker,
             slow_s=settings.fault_slow_s,
+            stall=settings.fault_stall_marker,
         )
     return backend
 

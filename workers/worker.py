@@ -47,6 +47,7 @@ from headrace.workers.delivery_hooks import after_delivery, comparing
 from headrace.workers.ledger import Ledger, ReplyAt
 from headrace.workers.loading import EXIT_NO_ROOM, Loader, LoadFailed, LoadRecords, Stage
 from headrace.workers.shadow import run_shadow
+from headrace.workers.stall_watch import watch_model
 from headrace.workers.startup import (
     fitting,
     health,
@@ -300,6 +301,12 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         threading.Thread(target=beat, name="heartbeat", daemon=True).start()
         announce_ready("worker", worker_id)
 
+    def leave() -> None:  # a stalled model: no beat more, out of the live set at once
+        stop.set()
+        ledger.retire(worker_id, buckets)
+
+    stalls = watch_model(backend, settings.worker_stall_s, leave)
+
     try:
         worker = app.Worker(
             hostname=f"{worker_id}@headrace",
@@ -316,6 +323,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         worker.start()
     finally:
         stop.set()
+        if stalls is not None:
+            stalls.stop()
         if ctx.cancels is not None:
             ctx.cancels.close()
         try:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -44,3 +45,25 @@ def test_poison_and_slow_reach_a_generation_backend(tmp_path: Path) -> None:
     started = time.monotonic()
     faulty.generate(slow, greedy[:1])
     assert time.monotonic() - started >= 0.3
+
+
+def test_stall_holds_a_forward_pass_open_on_the_inner_backend_s_pulse(tmp_path: Path) -> None:
+    """What the worker's stall watch sees of a hung model: a pass under way that never ends
+    (the stalled thread is a daemon; it waits until the test process exits)."""
+    model_dir = tiny_lm.ensure(tmp_path)
+    inner = GenerationBackend(tiny_lm.NAME, model_dir, tiny_lm.MAX_POSITIONS, device="cpu")
+    faulty = FaultyBackend(inner, stall="<<h>>")
+    faulty.load_weights()
+    faulty.build()
+    assert faulty.pulse is inner.pulse
+    greedy = [FixedSampling(max_tokens=2)]
+    faulty.generate(faulty.encode(["A sluice"], [False]), greedy)
+    running, ended = inner.pulse.read()
+    assert running == 0 and ended >= 2
+    hung = faulty.encode(["The headrace <<h>>"], [False])
+    threading.Thread(target=faulty.generate, args=(hung, greedy), daemon=True).start()
+    deadline = time.monotonic() + 5
+    while inner.pulse.read()[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert inner.pulse.read() == (1, ended)

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
+from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import RunningBatch, check_layers, select
 from headrace.workers.packing import by_length
 
@@ -112,6 +113,7 @@ class ContinuousDecoder:
         cancel_check_s: float = 0.2,
         join_every: int = 4,
         step_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        pulse: Pulse | None = None,
     ) -> None:
         self.model = model
         self._new_row = new_row
@@ -131,6 +133,7 @@ class ContinuousDecoder:
         # the mask a decode step hands the model, from the [rows, columns] one (None: as is)
         self._step_mask = step_mask or (lambda mask: mask)
         self._joined_at = 0  # the step rows last joined at
+        self.pulse = pulse or Pulse()  # each pass of the loop (prefills, a step) moves it
         self.steps = 0  # decode steps run (for tests and metrics)
         self.most_rows = 0  # the most rows ever decoded in one step
         self.cpu_s = 0.0  # CPU seconds the loop's thread has used (what a token costs)
@@ -210,7 +213,7 @@ class ContinuousDecoder:
                     return
                 joining = self._joining()
             try:
-                with torch.inference_mode():
+                with torch.inference_mode(), self.pulse.forward():
                     if joining:
                         self._join(joining)
                     if self._running:

@@ -23,6 +23,7 @@ from headrace.workers.backends.base import (
     place_on_device,
     warm_each,
 )
+from headrace.workers.backends.pulse import Pulse
 
 
 def pick_device(preference: str) -> torch.device:
@@ -96,6 +97,7 @@ class EmbeddingBackend:
         self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
         self._model: Any = None
         self._weights_bytes = 0
+        self.pulse = Pulse()  # a forward pass is a step (``workers.stall_watch``)
 
     # --- loading, in three timed stages -------------------------------------------------
     def load_weights(self) -> None:
@@ -142,13 +144,14 @@ class EmbeddingBackend:
         if any(item.too_long for item in items):
             raise ValueError("too_long items cannot be embedded")
         ids, mask, real = padded_batch(items, self.pad_id)
-        pooled = self._forward(self._to_device(ids), self._to_device(mask), normalize=False)
-        normalize = [n and self.normalizes for n in normalize]
-        if any(normalize):
-            flags = torch.tensor(normalize, device=pooled.device).unsqueeze(1)
-            pooled = torch.where(flags, torch.nn.functional.normalize(pooled, dim=1), pooled)
-        # one copy to the host, kept as one float32 array (no float objects per value)
-        vectors: npt.NDArray[np.float32] = pooled.float().cpu().numpy()
+        with self.pulse.forward():  # to the host copy: there a hung kernel shows
+            pooled = self._forward(self._to_device(ids), self._to_device(mask), normalize=False)
+            normalize = [n and self.normalizes for n in normalize]
+            if any(normalize):
+                flags = torch.tensor(normalize, device=pooled.device).unsqueeze(1)
+                pooled = torch.where(flags, torch.nn.functional.normalize(pooled, dim=1), pooled)
+            # one copy to the host, kept as one float32 array (no float objects per value)
+            vectors: npt.NDArray[np.float32] = pooled.float().cpu().numpy()
         return vectors, real, ids.numel()
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:

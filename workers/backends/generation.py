@@ -34,6 +34,7 @@ from headrace.workers.backends.base import (
 )
 from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.embedding import pick_device
+from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import Unsupported, check_layers
 from headrace.workers.backends.sampling import choose_tokens, new_seed
 
@@ -164,6 +165,7 @@ class GenerationBackend:
         self._weights_bytes = 0
         self.continuous_rows = continuous_rows
         self.decoder: ContinuousDecoder | None = None
+        self.pulse = Pulse()  # every forward pass is a step (``workers.stall_watch``)
         # fast tokenizers refuse to be used from two threads at once ("Already borrowed")
         self._tokenizer_lock = threading.Lock()
 
@@ -226,6 +228,7 @@ class GenerationBackend:
             ),
             advance=self._advance,
             choose=choose_tokens,
+            pulse=self.pulse,
             pad_id=self.pad_id,
             device=self.device,
             context=self.max_tokens,
@@ -284,6 +287,16 @@ class GenerationBackend:
             raise ValueError("too_long or empty items cannot be generated from")
         if self.decoder is not None:
             return self.decoder.generate(items, params, on_delta, cancelled, on_finished)
+        return self._static(items, params, on_delta, cancelled)
+
+    def _static(
+        self,
+        items: list[EncodedItem],
+        params: Sequence[Sampling],
+        on_delta: OnDelta | None,
+        cancelled: Callable[[], set[int]] | None,
+    ) -> list[Generated]:
+        """Decode these rows to their end, alone."""
         longest = max(len(item.ids) for item in items)
         ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(items), longest), dtype=torch.long)
@@ -309,19 +322,20 @@ class GenerationBackend:
                         rows[i].end("abort")
             if all(row.finish for row in rows):
                 break
-            out = self._model(
-                input_ids=ids,
-                attention_mask=step_mask,
-                position_ids=positions,
-                use_cache=True,
-                **{self._cache_arg: cache},
-            )
-            if cache is None:  # the prefill's cache: steps write into room, not by a copy
-                cache = _roomy(out[self._cache_arg])
-            # every row's token on the device, then one copy to the host for the step
-            steps_taken = [len(row.ids) for row in rows]
-            chosen = choose_tokens(out.logits[:, -1, :], params, seeds, steps_taken)
-            tokens = chosen.tolist()
+            with self.pulse.forward():  # to the host copy: there a hung kernel shows
+                out = self._model(
+                    input_ids=ids,
+                    attention_mask=step_mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self._cache_arg: cache},
+                )
+                if cache is None:  # the prefill's cache: steps write into room, not a copy
+                    cache = _roomy(out[self._cache_arg])
+                # every row's token on the device, then one copy to the host for the step
+                steps_taken = [len(row.ids) for row in rows]
+                chosen = choose_tokens(out.logits[:, -1, :], params, seeds, steps_taken)
+                tokens = chosen.tolist()
             for i, row in enumerate(rows):
                 if row.finish is None:
                     self._advance(row, tokens[i])

@@ -205,6 +205,12 @@ class Settings(BaseSettings):
     # Workers beat this often; one silent for three beats is dead and its batch is sent again
     # at once (not at the end of its lease).
     worker_heartbeat_s: float = Field(default=2.0, gt=0)
+    # A worker whose model is at work and has not finished a forward pass for this long has
+    # stopped moving (a hung kernel, a deadlocked decode loop): it logs every thread's stack
+    # and exits (code 87), so its batch is sent to another worker at once instead of waiting
+    # out leases (workers/stall_watch.py). A step of a serving model takes milliseconds to a
+    # few seconds; None: no watch.
+    worker_stall_s: float | None = Field(default=20.0, gt=0)
     # JSON size of one request, enforced by the producer and again by the dispatcher (below
     # Kafka's default 1 MiB message limit, so an oversized record still reaches the dispatcher
     # and gets its typed error)
@@ -278,11 +284,13 @@ class Settings(BaseSettings):
     # --- fault injection (tests and drills only; never set in production) --------------------
     # An input containing fault_poison_marker makes the model raise; one containing
     # fault_crash_marker kills the worker process (os._exit) mid-batch; a batch holding one
-    # containing fault_slow_marker takes fault_slow_s longer.
+    # containing fault_slow_marker takes fault_slow_s longer; one holding fault_stall_marker
+    # never ends (its model at work and not moving: the stall watch ends the worker).
     fault_poison_marker: str | None = None
     fault_crash_marker: str | None = None
     fault_slow_marker: str | None = None
     fault_slow_s: float = Field(default=3.0, ge=0)
+    fault_stall_marker: str | None = None
     # a worker's loading stage of this name never ends (its limit ends the worker)
     fault_hang_stage: Literal["load_weights", "build", "warm_up"] | None = None
 

@@ -72,3 +72,10 @@ def test_a_batch_is_built_without_a_tensor_per_row(
     vectors, real, _ = backend.embed(encoded, [True] * len(encoded))
     assert len(vectors) == len(encoded) and real == sum(len(e.ids) for e in encoded)
     assert len(made) <= 1, f"{len(made)} tensors for {len(encoded)} rows"  # the normalize flags
+
+
+def test_a_batch_is_one_forward_pass_under_the_pulse(backend: EmbeddingBackend) -> None:
+    """The stall watch reads it: one pass per batch, ended with its host copy."""
+    _, before = backend.pulse.read()
+    backend.embed(backend.encode(TEXTS, [False] * len(TEXTS)), [True] * len(TEXTS))
+    assert backend.pulse.read() == (0, before + 1)

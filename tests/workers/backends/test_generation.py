@@ -6,6 +6,7 @@ Each holds for static batching and for the continuous decode loop (test_continuo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,3 +112,15 @@ def test_the_test_model_is_labelled_and_rebuilt_identically(tmp_path: Path) -> N
     second = tiny_lm.build(tmp_path / "b")
     assert (first / "model.safetensors").read_bytes() == (second / "model.safetensors").read_bytes()
     assert '"test_model": true' in (first / "HEADRACE_TEST_MODEL.json").read_text()
+
+
+def test_every_forward_pass_runs_under_the_pulse(backend: GenerationBackend) -> None:
+    """The stall watch reads it: passes end as the rows decode, none is left open."""
+    _, before = backend.pulse.read()
+    items = backend.encode(PROMPTS[:2], [False, False])
+    backend.generate(items, [GenerateParams(max_tokens=5)] * 2)
+    deadline = time.monotonic() + 5  # the decode loop's last pass ends after it handed out
+    while backend.pulse.read()[0] and time.monotonic() < deadline:  # the rows
+        time.sleep(0.01)
+    running, ended = backend.pulse.read()
+    assert running == 0 and ended - before >= 4  # 5 new tokens: a pass may prefill and step
