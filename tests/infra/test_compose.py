@@ -53,3 +53,66 @@ def test_compose_config_validates() -> None:
         capture_output=True,
     )
     assert missing.returncode != 0 and b"REDIS_PASSWORD" in missing.stderr
+
+
+HARDENED = COMPOSE.parent / "docker-compose.hardened.yml"
+HEADRACE_SERVICES = ("init", "dispatcher", "gateway", "invalidator", "worker")
+
+
+def test_the_hardened_profile_logs_every_role_in_and_locks_its_container() -> None:
+    spec = yaml.safe_load(HARDENED.read_text())["services"]
+    kafka = spec["kafka"]["environment"]
+    assert "PLAINTEXT://" not in kafka["KAFKA_LISTENERS"].replace("SASL_PLAINTEXT://", "")
+    assert kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert "StandardAuthorizer" in kafka["KAFKA_AUTHORIZER_CLASS_NAME"]
+    jaas = kafka["KAFKA_LISTENER_NAME_SASL___PLAINTEXT_PLAIN_SASL_JAAS_CONFIG"]
+    users = set()
+    for name in HEADRACE_SERVICES:
+        service = spec[name]
+        assert service["read_only"] is True and service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        env = service["environment"]
+        assert env["HEADRACE_KAFKA_SECURITY_PROTOCOL"].startswith("SASL_"), name
+        user = env["HEADRACE_KAFKA_SASL_USERNAME"]
+        assert f'user_{user}="${{' in jaas, name  # the broker knows it, its password by ${VAR}
+        assert env["HEADRACE_KAFKA_SASL_PASSWORD"].startswith("${"), name
+        users.add(user)
+    assert len(users) == len(HEADRACE_SERVICES)  # one principal per role (init: admin)
+    acls = (COMPOSE.parent / "kafka-acls.sh").read_text()
+    for user in users - {"admin"}:
+        assert f"allow {user} " in acls, user
+    assert spec["init"]["depends_on"]["acls"] == {"condition": "service_completed_successfully"}
+    text = HARDENED.read_text().lower()
+    assert "password:" not in text.replace("_password:", "")  # secrets only by ${VAR}
+
+
+def test_the_hardened_profile_validates_over_the_base() -> None:
+    binary = shutil.which("docker-compose")
+    argv = [binary] if binary else None
+    if argv is None and shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        argv = ["docker", "compose"] if probe.returncode == 0 else None
+    if argv is None:
+        pytest.skip("no docker compose here (apt-get install docker-compose)")
+    secrets = {
+        name: "x"
+        for name in (
+            "REDIS_PASSWORD",
+            "S3_SECRET_ACCESS_KEY",
+            "POSTGRES_PASSWORD",
+            "KAFKA_ADMIN_PASSWORD",
+            "KAFKA_GATEWAY_PASSWORD",
+            "KAFKA_DISPATCHER_PASSWORD",
+            "KAFKA_WORKER_PASSWORD",
+            "KAFKA_INVALIDATOR_PASSWORD",
+        )
+    }
+    files = ["-f", str(COMPOSE), "-f", str(HARDENED)]
+    result = subprocess.run(
+        [*argv, *files, "config"], env={**os.environ, **secrets}, capture_output=True
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    merged = yaml.safe_load(result.stdout)["services"]
+    assert merged["worker"]["read_only"] is True
+    assert merged["worker"]["environment"]["HEADRACE_BROKER_FLAVOR"] == "kafka"  # the base's
+    assert merged["worker"]["environment"]["HEADRACE_KAFKA_SASL_USERNAME"] == "headrace-worker"

@@ -171,3 +171,81 @@ def test_the_scaled_objects_deploy_the_policy_the_simulation_runs() -> None:
             policy.down_pods,
             policy.down_period_s,
         )
+
+
+HARDENED = K8S / "hardened"
+
+
+def _add(doc: dict[str, Any], path: str, value: Any) -> None:
+    """JSON Patch ``add`` (RFC 6902), the only operation the hardened overlay uses; a member
+    already there would be replaced, which here would drop what the base set: refused."""
+    keys = [k.replace("~1", "/").replace("~0", "~") for k in path.split("/")[1:]]
+    node: Any = doc
+    for key in keys[:-1]:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    assert isinstance(node, dict) and keys[-1] not in node, f"{path} is already set"
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+def hardened_documents() -> list[dict[str, Any]]:
+    """infra/k8s/hardened built as kustomize builds it: the base, its own resources, and
+    each patch applied to every object of its target kind."""
+    kustomization = yaml.safe_load((HARDENED / "kustomization.yaml").read_text())
+    assert kustomization["resources"][0] == "../"
+    docs = copy.deepcopy(documents())
+    for name in kustomization["resources"][1:]:
+        docs += [d for d in yaml.safe_load_all((HARDENED / name).read_text()) if d is not None]
+    for patch in kustomization["patches"]:
+        operations = yaml.safe_load((HARDENED / patch["path"]).read_text())
+        targets = [d for d in docs if d["kind"] == patch["target"]["kind"]]
+        assert targets, patch
+        for doc in targets:
+            for operation in operations:
+                assert operation["op"] == "add"
+                _add(doc, operation["path"], operation["value"])
+    return docs
+
+
+def test_the_hardened_overlay_locks_every_container_and_passes_the_api_schema_strictly() -> None:
+    docs = hardened_documents()
+    for doc in docs:
+        if not doc["apiVersion"].startswith(("keda.sh/", "kustomize.config.k8s.io/")):
+            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    pods = [d for d in docs if d["kind"] in ("Deployment", "Job")]
+    assert len(pods) == 7  # six Deployments and the init Job
+    for doc in pods:
+        spec = doc["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        [container] = spec["containers"]  # the patch locks container 0: the only one
+        locked = container["securityContext"]
+        assert locked["readOnlyRootFilesystem"] is True
+        assert locked["allowPrivilegeEscalation"] is False
+        assert locked["capabilities"] == {"drop": ["ALL"]}
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert {"/tmp", "/home/headrace/.headrace"} <= mounts  # scratch and state writable
+        assert {m["name"] for m in container["volumeMounts"]} == {
+            v["name"] for v in spec["volumes"]
+        }
+
+
+def test_the_hardened_network_policies_deny_by_default_and_open_only_what_exists() -> None:
+    docs = hardened_documents()
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    deny = policies.pop("headrace-default-deny-ingress")
+    assert deny["podSelector"] == {} and "ingress" not in deny  # every pod, nothing in
+    labels = [
+        d["spec"]["template"]["metadata"]["labels"] for d in docs if d["kind"] == "Deployment"
+    ]
+    assert all(label.get("app.kubernetes.io/part-of") == "headrace" for label in labels)
+    ports = {
+        p["containerPort"]
+        for d in docs
+        if d["kind"] == "Deployment"
+        for p in d["spec"]["template"]["spec"]["containers"][0].get("ports", [])
+    }
+    for name, spec in policies.items():
+        selector = spec["podSelector"]["matchLabels"]
+        assert any(selector.items() <= label.items() for label in labels), name
+        for rule in spec["ingress"]:
+            assert {p["port"] for p in rule["ports"]} <= ports, name
