@@ -202,11 +202,6 @@ class Client(GenerationMixin):
                 routing_key=routing_key,
                 vector_encoding=vector_encoding,
             )
-            if self._key is not None:
-                signature = request_signature(
-                    self._key, request.tenant, request.request_id, request.reply_to
-                )
-                request = request.model_copy(update={"signature": signature})
             # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
             if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
                 size = len(request.model_dump_json())
@@ -271,6 +266,7 @@ class Client(GenerationMixin):
             request = request.model_copy(update={"cache": directive})
         if self._listener is None:
             raise RuntimeError("this client does not listen for replies: use send_nowait")
+        request = self._signed(request)
         self._gate.check(request.tenant, bucket, request.token_count or 0, self.lane)
         self._take_slot()
         key = (request.tenant, request.request_id)
@@ -296,7 +292,15 @@ class Client(GenerationMixin):
     def send_nowait(self, request: Request, bucket: int) -> None:
         """Produce a prepared request whose reply the caller reads from its reply topic
         itself (no future, no cache lookup, no resend); ``flush`` makes it durable."""
-        self._produce(self.topics.requests(bucket, self.lane), request)
+        self._produce(self.topics.requests(bucket, self.lane), self._signed(request))
+
+    def _signed(self, request: Request) -> Request:
+        """Signed with this tenant's key, if it has one, as it is produced (the whole record:
+        after the cache directive is set)."""
+        if self._key is None or request.tenant != self.tenant:
+            return request
+        signature = request_signature(self._key, request.signable())
+        return request.model_copy(update={"signature": signature})
 
     def _answered(self, key: tuple[str, str]) -> None:
         self._slots.release()

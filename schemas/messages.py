@@ -144,9 +144,11 @@ class Request(_Message):
         Field(
             max_length=128,
             description=(
-                "For a tenant with a key: hex HMAC-SHA256 with it over 'v1\\nrequest\\n"
-                "<tenant>\\n<request_id>\\n<reply_to>' (schemas/signing.py). A dispatcher "
-                "holding the tenant's key dead-letters a request without a valid one."
+                "For a tenant with a key: hex HMAC-SHA256 with it over 'v1\\nrequest/2\\n' "
+                "and the record as JSON without this field, as the schema's fields dump in "
+                "order (schemas/signing.py). A dispatcher holding the tenant's key "
+                "dead-letters a request without a valid one, and a signed one older than "
+                "answered_ttl_s (a replay)."
             ),
         ),
     ] = None
@@ -155,6 +157,10 @@ class Request(_Message):
     def key(self) -> tuple[str, str]:
         """(tenant, request_id): a request id is unique within its tenant."""
         return (self.tenant, self.request_id)
+
+    def signable(self) -> str:
+        """The record as JSON without its signature: what a signature covers."""
+        return self.model_dump_json(exclude={"signature"})
 
     @model_validator(mode="before")
     @classmethod

@@ -3,11 +3,15 @@ knows which tenant wrote them.
 
 A tenant that has a key (``<tenant_keys_dir>/<tenant>``, a mounted secret shared by the
 tenant's producers and the dispatchers) signs every request and cancellation it produces:
-``signature`` is the hex HMAC-SHA256, with that key, of the fields that say who asks for what
-and where the answer goes. A dispatcher that has the tenant's key takes only records that
-carry a valid signature: any other is dead-lettered, never answered and never claimed (a
-forger who named a victim's request id and reply topic would otherwise answer or cancel the
-victim's request). A tenant without a key is served as before.
+``signature`` is the hex HMAC-SHA256, with that key: a request's over the whole record as JSON
+without its signature (``Request.signable``: input, params, session, cache directive, times,
+all of it), a cancellation's over who cancels what. A dispatcher that has the tenant's key
+takes only records that carry a valid signature: any other is dead-lettered, never answered
+and never claimed (a forger who named a victim's request id and reply topic would otherwise
+answer or cancel the victim's request, or with a signature seen on the topic send the same
+request id with another input or session). A signed request older than the ledger remembers
+answered ids (``answered_ttl_s``) is refused as a replay: within it, the id is answered
+once. A tenant without a key is served as before.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ def _sign(key: bytes, *fields: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def request_signature(key: bytes, tenant: str, request_id: str, reply_to: str) -> str:
-    return _sign(key, "request", tenant, request_id, reply_to)
+def request_signature(key: bytes, unsigned_json: str) -> str:
+    """Over the request record as JSON without its signature (``Request.signable``)."""
+    return _sign(key, "request/2", unsigned_json)
 
 
 def control_signature(key: bytes, action: str, tenant: str, request_id: str) -> str:

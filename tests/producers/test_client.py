@@ -149,8 +149,10 @@ def test_a_tenant_with_a_key_signs_its_requests_and_cancellations(tmp_path: Path
         submission = client.submit("a signed text")
         client.cancel(submission.request.request_id)
     [request] = requests_on(transport, Topics("c").requests(16))
-    expected = request_signature(b"acme-key", "acme", request.request_id, request.reply_to)
-    assert request.signature == expected
+    assert request.signature == request_signature(b"acme-key", request.signable())
+    assert request.signature != request_signature(
+        b"acme-key", request.model_copy(update={"input": "another text"}).signable()
+    )
     [record] = list(transport.scan(Topics("c").control))
     control = Control.model_validate_json(record.value)
     assert control.signature == control_signature(b"acme-key", "cancel", "acme", request.request_id)

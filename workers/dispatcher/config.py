@@ -32,6 +32,8 @@ class CoreConfig:
     served: Mapping[str, int]
     # tenants that sign their records, and their keys (schemas/signing.py)
     tenant_keys: Mapping[str, bytes] = field(default_factory=dict)
+    # how long the ledger remembers an answered id: a signed request older is a replay
+    answered_ttl_s: float = 7 * 24 * 3600
     max_batch_tokens: int = 4096
     bulk_max_batch_tokens: int = 1024
     max_wait_ms: float = 20.0
@@ -83,6 +85,7 @@ class CoreConfig:
             buckets=tuple(settings.buckets),
             served=dict(served),
             tenant_keys=tenant_keys(settings.tenant_keys_dir),
+            answered_ttl_s=settings.answered_ttl_s,
             max_batch_tokens=settings.max_batch_tokens,
             bulk_max_batch_tokens=settings.bulk_max_batch_tokens,
             max_wait_ms=settings.max_wait_ms,

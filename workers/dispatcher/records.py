@@ -123,10 +123,15 @@ class RecordsIn:
             self.config.tenant_keys,
             request.tenant,
             request.signature,
-            lambda key: request_signature(
-                key, request.tenant, request.request_id, request.reply_to
-            ),
+            lambda key: request_signature(key, request.signable()),
         )
+
+    def _replayed(self, request: Request, wall_time: float) -> bool:
+        """A signed request from before the ledger's memory of answered ids: its id may have
+        been answered and forgotten, so it is refused rather than answered (and appended to
+        its session) again."""
+        signs = request.tenant in self.config.tenant_keys
+        return signs and wall_time - request.created_at.timestamp() > self.config.answered_ttl_s
 
     def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:
         """A record the core raised on: dead-lettered (``internal``), answered where it names
@@ -171,6 +176,12 @@ class RecordsIn:
         elif isinstance(parsed, Request) and not self._signed(parsed):
             # dead-lettered only: no reply, no claim (a forgery may name a victim's request)
             message = f"tenant {parsed.tenant!r} signs its requests; this one is not signed by it"
+            parsed = Rejection(ErrorCode.unauthenticated, message, tenant=parsed.tenant)
+        elif isinstance(parsed, Request) and self._replayed(parsed, wall_time):
+            message = (
+                f"a signed request created {parsed.created_at.isoformat()}, longer ago than "
+                f"answered ids are remembered ({self.config.answered_ttl_s:g}s): a replay"
+            )
             parsed = Rejection(ErrorCode.unauthenticated, message, tenant=parsed.tenant)
         elif isinstance(parsed, Request) and not self.reply_topic_exists(parsed.reply_to):
             message = f"reply_to {parsed.reply_to!r} does not exist (its client creates it)"

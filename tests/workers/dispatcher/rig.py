@@ -69,7 +69,7 @@ class Rig:
             params=fields.pop("params", EmbedParams()),
             reply_to="t.replies.default",
             token_count=tokens if hint is None else hint,
-            created_at=datetime.fromtimestamp(self.wall, UTC),
+            created_at=fields.pop("created_at", datetime.fromtimestamp(self.wall, UTC)),
             **fields,
         )
         return self.raw(request.model_dump_json().encode(), bucket, lane)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Completion, GenerateParams
+from headrace.schemas.messages import Completion, GenerateParams, Request
 from headrace.schemas.signing import request_signature
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
@@ -177,20 +178,32 @@ def test_a_tenant_that_signs_gets_only_its_signed_requests_served() -> None:
     rig = Rig(tenant_keys={"acme": key})
     rig.workers()
 
-    def signed(request_id: str, tenant: str = "acme", with_key: bytes = key) -> Record:
-        record = rig.request(request_id, tenant=tenant)
-        doc = json.loads(record.value)
-        doc["signature"] = request_signature(with_key, tenant, request_id, doc["reply_to"])
-        return rig.raw(json.dumps(doc).encode())
+    def signed(
+        request_id: str,
+        with_key: bytes = key,
+        change: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Record:
+        """Signed over the record, then ``change``d (what a forger who saw it could send)."""
+        record = rig.request(request_id, **fields)
+        request = Request.model_validate_json(record.value)
+        signature = request_signature(with_key, request.signable())
+        changed = request.model_copy(update={"signature": signature, **(change or {})})
+        return rig.raw(changed.model_dump_json().encode())
 
+    turn = {"task": "generate", "params": GenerateParams(), "session_id": "mine"}
+    long_ago = datetime.fromtimestamp(rig.wall - rig.core.config.answered_ttl_s - 60, UTC)
     out = rig.read(
         rig.request("plain"),  # acme signs: an unsigned one is refused
         signed("forged", with_key=b"another key"),
         signed("good"),
+        signed("other-input", change={"input": "words the tenant never signed"}),
+        signed("other-session", change={"session_id": "someone-elses"}, **turn),
+        signed("replayed", created_at=long_ago),  # signed, but older than ids are remembered
         rig.request("other", tenant="globex"),  # globex has no key: served as before
     )
     refused = of(ev.Answer, out)
-    assert len(refused) == 2
+    assert len(refused) == 5
     for answer in refused:
         assert answer.error is not None and answer.error.code is ErrorCode.unauthenticated
         assert answer.reply_to is None and answer.key is None  # no reply, no claim
