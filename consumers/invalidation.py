@@ -28,7 +28,7 @@ from headrace.config.tag_rules import RuleMismatch, TagRule
 from headrace.connections import REDIS_ERRORS, S3Unavailable
 from headrace.health.ready import announce_ready
 from headrace.schemas.cache import Invalidation
-from headrace.schemas.signing import invalidation_signature, signed_by, tenant_keys
+from headrace.schemas.signing import KeyFolder, invalidation_signature, signed_by
 from headrace.schemas.topics import Topics
 from headrace.sessions.store import SessionStore, open_sessions
 from headrace.transport import Partition, Record, Transport, open_transport
@@ -66,7 +66,7 @@ class Invalidator:
         self._archived_at = time.monotonic()
         self.topic = Topics(settings.topic_prefix).invalidate
         # a tenant with a key: its explicit invalidations count only when signed by it
-        self.tenant_keys = tenant_keys(settings.tenant_keys_dir)
+        self.key_folder = KeyFolder(settings.tenant_keys_dir)  # read again when it changes
         self.rules: dict[str, list[TagRule]] = {}
         for rule in settings.cache_tag_rules:
             self.rules.setdefault(rule.topic, []).append(rule)
@@ -138,8 +138,9 @@ class Invalidator:
             except ValidationError as exc:
                 self._skip("invalid_record", record, str(exc))
                 return
+            self.key_folder.refresh()
             signed = signed_by(
-                self.tenant_keys,
+                self.key_folder.keys,
                 request.tenant,
                 request.signature,
                 lambda key: invalidation_signature(key, request.signable()),

@@ -10,7 +10,7 @@ from typing import Literal
 
 from headrace.config.settings import Settings
 from headrace.limits.policy import TenantLimits
-from headrace.schemas.signing import tenant_keys
+from headrace.schemas.signing import Keys, tenant_keys
 from headrace.schemas.topics import Lane, Topics
 from headrace.workers.batcher import Batcher, DynamicBatcher
 from headrace.workers.dispatcher.flights import Pending
@@ -31,7 +31,7 @@ class CoreConfig:
     buckets: tuple[int, ...]
     served: Mapping[str, int]
     # tenants that sign their records, and their keys (schemas/signing.py)
-    tenant_keys: Mapping[str, bytes] = field(default_factory=dict)
+    tenant_keys: Keys = field(default_factory=dict)
     # how long the ledger remembers an answered id: a signed request older is a replay
     answered_ttl_s: float = 7 * 24 * 3600
     max_batch_tokens: int = 4096

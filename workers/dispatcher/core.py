@@ -164,6 +164,8 @@ class DispatcherCore:
                 self.quotas.backlog_seen(event.backlog)
             case ev.TrafficSeen():
                 self.versions.seen_policy(event.stable, event.policy, event.revision)
+            case ev.TenantKeysRead():
+                self.records_in.tenant_keys = event.keys
             case ev.Tick():
                 self._tick(out)
         self.observer.in_flight(self.flights.counts())

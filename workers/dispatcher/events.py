@@ -163,6 +163,13 @@ class BacklogSeen:
 
 
 @dataclass(frozen=True)
+class TenantKeysRead:
+    """The tenant keys folder changed: these are the keys now (schemas/signing.py)."""
+
+    keys: Mapping[str, Sequence[bytes]]
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed (the core reads its own clock): batches due, leases, commits."""
 
@@ -184,6 +191,7 @@ Event = (
     | LimitsNotSynced
     | BacklogSeen
     | TrafficSeen
+    | TenantKeysRead
     | Tick
 )
 

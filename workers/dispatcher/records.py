@@ -16,7 +16,7 @@ from cachetools import FIFOCache
 from headrace.health.tracing import TRACEPARENT, valid_traceparent
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import BatchItem, Degraded, RecordRef, Request
-from headrace.schemas.signing import request_signature, signed_by
+from headrace.schemas.signing import Keys, request_signature, signed_by
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
@@ -56,6 +56,7 @@ class RecordsIn:
     ) -> None:
         """``expected_wait_s``: what the work queued in a bucket needs (None: not known)."""
         self.config = config
+        self.tenant_keys: Keys = config.tenant_keys  # replaced when the key folder changes
         self.expected_wait_s = expected_wait_s
         self.reply_topic_exists = reply_topic_exists
         self.quotas = quotas
@@ -120,7 +121,7 @@ class RecordsIn:
         """Whether ``request`` carries its tenant's signature (true for a tenant with no
         key)."""
         return signed_by(
-            self.config.tenant_keys,
+            self.tenant_keys,
             request.tenant,
             request.signature,
             lambda key: request_signature(key, request.signable()),
@@ -130,7 +131,7 @@ class RecordsIn:
         """A signed request from before the ledger's memory of answered ids: its id may have
         been answered and forgotten, so it is refused rather than answered (and appended to
         its session) again."""
-        signs = request.tenant in self.config.tenant_keys
+        signs = bool(self.tenant_keys.get(request.tenant))
         return signs and wall_time - request.created_at.timestamp() > self.config.answered_ttl_s
 
     def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:

@@ -23,7 +23,7 @@ from headrace.limits.store import LimitsStore
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
 from headrace.schemas.messages import Batch, Control
-from headrace.schemas.signing import control_signature, signed_by
+from headrace.schemas.signing import KeyFolder, control_signature, signed_by
 from headrace.transport import Partition, Record, Transport, open_transport
 from headrace.transport.known_topics import KnownTopics
 from headrace.workers.dispatcher.answers import Answerer
@@ -56,6 +56,7 @@ from headrace.workers.dispatcher.events import (
     StateLost,
     StateUnavailable,
     SyncLimits,
+    TenantKeysRead,
     Tick,
     WorkersSeen,
 )
@@ -138,6 +139,7 @@ class Dispatcher:
         if first is not None:
             self.handle(first)
         self.control = ControlReader(self.transport, s)
+        self.key_folder = KeyFolder(s.tenant_keys_dir)  # read again when it changes
         self.reader = self.transport.reader(
             f"{s.topic_prefix}.dispatcher",
             max_poll_records=500,
@@ -312,7 +314,7 @@ class Dispatcher:
     def _signed(self, control: Control) -> bool:
         """A cancellation of a tenant that signs its records counts only when signed by it."""
         if signed_by(
-            self.core.config.tenant_keys,
+            self.core.records_in.tenant_keys,
             control.tenant,
             control.signature,
             lambda key: control_signature(key, control.action, control.tenant, control.request_id),
@@ -354,6 +356,9 @@ class Dispatcher:
         )
         for seen in self.model_watch.tick():
             self.handle(seen)
+        if self.key_folder.refresh():
+            log.info("tenant keys read again: %d tenants sign", len(self.key_folder.keys))
+            self.handle(TenantKeysRead(self.key_folder.keys))
         backlog = export_lag(self.reader, self.core)
         self.handle(publish_backlog(self.limits, self.dispatcher_id, self.core, backlog))
 

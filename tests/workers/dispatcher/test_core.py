@@ -175,7 +175,7 @@ def test_a_request_whose_reply_topic_does_not_exist_is_refused_and_never_batched
 
 def test_a_tenant_that_signs_gets_only_its_signed_requests_served() -> None:
     key = b"acme-signing-key"
-    rig = Rig(tenant_keys={"acme": key})
+    rig = Rig(tenant_keys={"acme": (key,)})
     rig.workers()
 
     def signed(
@@ -210,6 +210,19 @@ def test_a_tenant_that_signs_gets_only_its_signed_requests_served() -> None:
         assert answer.dead_letter is not None
     sent = of(ev.SendBatch, out + rig.tick())
     assert sorted(i for send in sent for i in ids(send)) == ["good", "other"]
+
+
+def test_new_tenant_keys_apply_from_the_next_record() -> None:
+    """The shell reads the key folder again when it changes (``KeyFolder``) and hands the
+    core the keys: a tenant that starts signing is held to it at once."""
+    rig = Rig()
+    rig.workers()
+    assert not of(ev.Answer, rig.read(rig.request("before")))
+    rig.core.handle(ev.TenantKeysRead({"acme": (b"fresh-key",)}))
+    [refused] = of(ev.Answer, rig.read(rig.request("after")))
+    assert refused.error is not None and refused.error.code is ErrorCode.unauthenticated
+    rig.core.handle(ev.TenantKeysRead({}))
+    assert not of(ev.Answer, rig.read(rig.request("again")))
 
 
 def test_a_dead_letter_keeps_a_bounded_start_of_its_record_and_names_the_whole() -> None:
