@@ -31,6 +31,7 @@ from headrace import connections
 from headrace.cache.store import open_cache
 from headrace.cache.writer import ResultWriter
 from headrace.config.settings import Settings
+from headrace.health.endpoint import saw
 from headrace.health.ready import announce_ready
 from headrace.health.tracing import Headers
 from headrace.schemas.messages import Batch, Reply, StreamDelta, final_reply
@@ -292,7 +293,9 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         while not stop.is_set():
             try:
                 ledger.heartbeat(worker_id, buckets, info)
-            except Exception:  # Redis away: keep trying, the dispatcher sees us as gone
+                saw("redis", True)  # /readyz
+            except Exception as exc:  # Redis away: keep trying, the dispatcher sees us as gone
+                saw("redis", False, repr(exc))
                 log.warning("heartbeat failed", exc_info=True)
             stop.wait(settings.worker_heartbeat_s)
 

@@ -3,7 +3,6 @@ from a running dispatcher and invalidator started with --metrics-port."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -12,9 +11,10 @@ import pytest
 from prometheus_client import Counter
 
 from headrace.health import endpoint
-from headrace.health.endpoint import HealthServer
+from headrace.health.endpoint import HealthServer, Readiness
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Proc
+from tests.clock import FakeClock
 from tests.conftest import pipeline_env, unique_prefix
 from tests.jobs.gateway_proc import free_port
 
@@ -26,13 +26,28 @@ PROBE = Counter("headrace_test_endpoint_probes_total", "A series only this test 
 def test_the_endpoint_serves_metrics_liveness_and_readiness(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(endpoint, "_ready", threading.Event())  # not ready yet
+    clock = FakeClock()
+    monkeypatch.setattr(endpoint, "_readiness", Readiness(clock, within_s=30))  # not ready yet
     server = HealthServer(0, host="127.0.0.1").start()
     base = f"http://127.0.0.1:{server.port}"
     try:
         assert httpx.get(f"{base}/healthz").status_code == 200
-        assert httpx.get(f"{base}/readyz").status_code == 503
+        starting = httpx.get(f"{base}/readyz")
+        assert (starting.status_code, starting.text) == (503, "starting\n")
         endpoint.mark_ready()
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        endpoint.saw("redis", False, "ConnectionError('refused')")  # not a one-way latch
+        unready = httpx.get(f"{base}/readyz")
+        assert (unready.status_code, unready.text) == (503, "redis: ConnectionError('refused')\n")
+        endpoint.saw("redis", True)
+        endpoint.saw("loop", True)
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        clock.now += 29
+        endpoint.saw("redis", True)
+        clock.now += 2  # the loop last turned 31 s ago: stuck
+        stuck = httpx.get(f"{base}/readyz")
+        assert (stuck.status_code, stuck.text) == (503, "loop: not seen for 31s\n")
+        endpoint.saw("loop", True)
         assert httpx.get(f"{base}/readyz").status_code == 200
         PROBE.inc(3)
         metrics = httpx.get(f"{base}/metrics")

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
+from headrace.health.endpoint import saw
 from headrace.health.ready import announce_ready
 from headrace.limits.store import LimitsStore
 from headrace.models.registry import served_models
@@ -160,6 +161,7 @@ class Dispatcher:
             while not stop.is_set():
                 self.step()
                 watch.beat()
+                saw("loop", True)  # /readyz: a loop that stops turning is not ready
         finally:
             watcher.stop()
             self.close()
@@ -296,6 +298,7 @@ class Dispatcher:
         try:
             step()
         except REDIS_ERRORS as exc:
+            saw("redis", False, repr(exc))
             self.handle(StateUnavailable(repr(exc)))
 
     def _read_control(self) -> None:
@@ -336,6 +339,7 @@ class Dispatcher:
             return
         self._housekept = now
         epoch = self.ledger.epoch(uuid.uuid4().hex)
+        saw("redis", True)  # /readyz
         if self._epoch is not None and epoch != self._epoch:
             self.handle(StateLost())
         self._epoch = epoch
