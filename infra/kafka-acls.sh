@@ -10,11 +10,17 @@ prefix="${HEADRACE_TOPIC_PREFIX:?}"
 admin_config="${ADMIN_CONFIG:?}"
 acls=/opt/kafka/bin/kafka-acls.sh
 
-allow() {  # allow PRINCIPAL OPERATION RESOURCE-FLAG NAME [PATTERN]
+allow() {  # allow PRINCIPAL OPERATION --topic|--group NAME [PATTERN]
   "$acls" --bootstrap-server "$bootstrap" --command-config "$admin_config" --add \
     --allow-principal "User:$1" --operation "$2" "$3" "$4" \
     --resource-pattern-type "${5:-prefixed}" >/dev/null
   echo "allowed $1 $2 $3 $4 (${5:-prefixed})"
+}
+
+allow_cluster() {  # allow_cluster PRINCIPAL OPERATION: on the cluster itself (no name)
+  "$acls" --bootstrap-server "$bootstrap" --command-config "$admin_config" --add \
+    --allow-principal "User:$1" --operation "$2" --cluster >/dev/null
+  echo "allowed $1 $2 on the cluster"
 }
 
 # the gateway and SDK producers: requests, cancellations, invalidations in; replies out
@@ -27,23 +33,25 @@ allow headrace-gateway Create --topic "$prefix.replies."  # each client makes it
 allow headrace-gateway Read --topic "$prefix.replies."
 allow headrace-gateway Describe --topic "$prefix.replies."
 allow headrace-gateway Read --group "$prefix."  # bulk jobs' reply collectors
-allow headrace-gateway IdempotentWrite --cluster kafka-cluster literal
+allow_cluster headrace-gateway IdempotentWrite
 
 # the dispatcher: reads requests and control in its group; answers, forwards, dead-letters
 allow headrace-dispatcher Read --topic "$prefix.requests"
 allow headrace-dispatcher Read --topic "$prefix.control" literal
 allow headrace-dispatcher Read --group "$prefix.dispatcher" literal
+allow headrace-dispatcher Read --group "$prefix.control" literal  # cancellations
+allow headrace-dispatcher Read --topic "$prefix.replies."  # settling: what a dead worker answered
 allow headrace-dispatcher Write --topic "$prefix.replies."
 allow headrace-dispatcher Write --topic "$prefix.requests"  # forwarding to another bucket
 allow headrace-dispatcher Write --topic "$prefix.dead-letter" literal
 allow headrace-dispatcher Describe --topic "$prefix."
-allow headrace-dispatcher IdempotentWrite --cluster kafka-cluster literal
+allow_cluster headrace-dispatcher IdempotentWrite
 
 # workers: replies out, and read back where the broker acknowledged them
 allow headrace-worker Write --topic "$prefix.replies."
 allow headrace-worker Read --topic "$prefix.replies."
 allow headrace-worker Describe --topic "$prefix.replies."
-allow headrace-worker IdempotentWrite --cluster kafka-cluster literal
+allow_cluster headrace-worker IdempotentWrite
 
 # the invalidator: reads invalidations and the upstream topics its tag rules name
 allow headrace-invalidator Read --topic "$prefix.invalidate" literal

@@ -50,9 +50,15 @@ class PrometheusObserver(Observer):
     def __init__(self) -> None:
         self._tokens: dict[int, tuple[int, int]] = {}  # bucket -> (real, padded)
         self._in_flight: dict[int, int] = {}
+        # a record's counter, kept: looking a labelled child up costs more than its inc,
+        # once per record (a handful of outcomes)
+        self._records: dict[str, Counter] = {}
 
     def record(self, outcome: str) -> None:
-        RECORDS.labels(outcome).inc()
+        counter = self._records.get(outcome)
+        if counter is None:
+            counter = self._records[outcome] = RECORDS.labels(outcome)
+        counter.inc()
 
     def batch(self, bucket: int, rows: int, real_tokens: int, padded_tokens: int) -> None:
         label = str(bucket)
