@@ -43,6 +43,18 @@ def memory_plan(
     return {k: v for k, v in plan.as_dict().items() if k in keep} | {"warnings": plan.warnings}
 
 
+def admit_by_plan(backend: ModelBackend, plan: dict[str, Any]) -> int | None:
+    """Give a continuous decoder the plan's KV cache room (``kv_tokens``): rows join only
+    while it holds them (issue 35 item 2). The room set, or None (no decoder, no figure)."""
+    inner = getattr(backend, "inner", backend)  # under the fault-injection wrapper
+    decoder = getattr(inner, "decoder", None)
+    room = plan.get("kv_tokens")
+    if decoder is None or not isinstance(room, int) or room <= 0:
+        return None
+    decoder.kv_tokens = room
+    return room
+
+
 def health(
     spec: ModelSpec, backend: ModelBackend, worker_id: str, buckets: list[int]
 ) -> dict[str, Any]:

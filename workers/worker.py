@@ -50,6 +50,7 @@ from headrace.workers.loading import EXIT_NO_ROOM, Loader, LoadFailed, LoadRecor
 from headrace.workers.shadow import run_shadow
 from headrace.workers.stall_watch import watch_model
 from headrace.workers.startup import (
+    admit_by_plan,
     fitting,
     health,
     memory_plan,
@@ -205,6 +206,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     record_warmed(settings, spec, backend, worker_id, shapes)
     plan = memory_plan(settings, spec, backend, buckets)
     buckets = take_what_fits(plan, buckets, "measured")
+    admit_by_plan(backend, plan)  # a continuous decoder's rows within the KV cache's room
     loaded = health(spec, backend, worker_id, buckets) | {"plan": plan}
     t = backend.timings
     metrics.loaded(t.load_weights_s, t.build_s, t.warm_up_s)

@@ -4,10 +4,12 @@ rows join and leave at every step (iteration-level scheduling, as in Orca and vL
 The worker's batch threads hand their rows in (``generate``) and wait for their own; the
 loop, on its own thread, repeats:
 
-1. **join**: rows waiting (up to ``max_rows`` decoding at once) are run through the model
-   together (the prefill) and their key/value cache joins the running one, both left-padded
-   to a common length; every ``join_every`` steps, or at once when nothing runs or they
-   would grow the running batch by a quarter (a prefill is a forward pass of its own);
+1. **join**: rows waiting (up to ``max_rows`` decoding at once, and only as many as the KV
+   cache's room, ``kv_tokens``, holds at their longest: the rest wait, nothing runs out of
+   memory) are run through the model together (the prefill) and their key/value cache joins
+   the running one, both left-padded to a common length; every ``join_every`` steps, or at
+   once when nothing runs or they would grow the running batch by a quarter (a prefill is a
+   forward pass of its own);
 2. **step**: one token for every running row, each at its own position;
 3. **leave**: finished rows are dropped from the cache once they are a quarter of it (the
    rows below them move up), and the leading columns no row uses any more are
@@ -114,6 +116,7 @@ class ContinuousDecoder:
         join_every: int = 4,
         step_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
         pulse: Pulse | None = None,
+        kv_tokens: int | None = None,
     ) -> None:
         self.model = model
         self._new_row = new_row
@@ -124,6 +127,9 @@ class ContinuousDecoder:
         self.context = context
         self.cache_arg = cache_arg
         self.max_rows = max_rows
+        # the KV cache's room in tokens (the memory plan's): rows join only while every
+        # running row fits at its longest; None: only max_rows bounds them
+        self.kv_tokens = kv_tokens
         self.cancel_check_s = cancel_check_s
         self._waiting: deque[tuple[_Job, int]] = deque()
         self._running: RunningBatch[_Live] = RunningBatch()
@@ -227,7 +233,8 @@ class ContinuousDecoder:
     def _joining(self) -> list[tuple[_Job, int]]:
         """The rows to prefill now. A prefill is a forward pass of its own, so rows join a
         running batch every ``join_every`` steps, or at once when they would make it grow by
-        a quarter or it is empty."""
+        a quarter or it is empty. At most ``max_rows`` run, and, with ``kv_tokens``, only as
+        many as the KV cache holds at their longest (``kv_fits``); the rest wait in order."""
         running = len(self._running)
         room = self.max_rows - running
         if not self._waiting or room <= 0:
@@ -235,8 +242,23 @@ class ContinuousDecoder:
         due = self.steps - self._joined_at >= self.join_every
         if not (due or not running or len(self._waiting) * 4 >= running):
             return []
-        self._joined_at = self.steps
-        return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+        longest = max((self._need(live.job, live.index) for live in self._running.rows), default=0)
+        joining: list[tuple[_Job, int]] = []
+        while self._waiting and len(joining) < room:
+            need = self._need(*self._waiting[0])
+            rows = running + len(joining) + 1
+            if rows > 1 and not kv_fits(rows, max(longest, need), self.kv_tokens):
+                break  # it waits for rows to finish (one alone always runs)
+            longest = max(longest, need)
+            joining.append(self._waiting.popleft())
+        if joining:
+            self._joined_at = self.steps
+        return joining
+
+    def _need(self, job: _Job, index: int) -> int:
+        """KV tokens a row may come to hold: its prompt and all it may generate."""
+        max_tokens: int = job.rows[index].params.max_tokens
+        return min(len(job.prompts[index]) + max_tokens, self.context)
 
     def _join(self, joining: list[tuple[_Job, int]]) -> None:
         """Prefill the joining rows in groups of similar prompt length, longest first: a
@@ -357,6 +379,12 @@ class ContinuousDecoder:
     def _fail_all(self, exc: BaseException) -> None:
         jobs = {live.job for live in self._running.rows} | {job for job, _ in self._waiting}
         self._fail(jobs, exc)
+
+
+def kv_fits(rows: int, longest: int, kv_tokens: int | None) -> bool:
+    """Whether ``rows`` rows fit in ``kv_tokens`` of KV cache when each may grow to the
+    longest's length (the running batch keeps its rows padded to one length)."""
+    return kv_tokens is None or rows * longest <= kv_tokens
 
 
 def _column(values: list[int], device: torch.device) -> torch.Tensor:

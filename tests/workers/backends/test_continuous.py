@@ -13,7 +13,7 @@ import pytest
 
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
-from headrace.workers.backends.continuous import ContinuousDecoder
+from headrace.workers.backends.continuous import ContinuousDecoder, kv_fits
 from headrace.workers.backends.generation import GenerationBackend
 from tests.tiny_model import context_lm, load_test_lm
 
@@ -223,3 +223,38 @@ def test_a_failed_step_fails_the_callers_in_it_and_the_loop_goes_on(
         assert ok.completion_tokens == SHORT
     finally:
         decoder.model = failing.model
+
+
+def test_rows_join_only_while_the_kv_cache_holds_them_and_the_rest_wait(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    """KV-cache admission (issue 35 item 2): with room for three rows at their longest,
+    twelve rows from four callers run at most three at a time, the others waiting in order,
+    and each gets what it gets alone."""
+    static, continuous = pair
+    items = _prompts(static, 12)
+    params = [GenerateParams(max_tokens=SHORT, seed=i) for i in range(12)]
+    alone = [static.generate([i], [p])[0] for i, p in zip(items, params, strict=True)]
+    decoder = _decoder(continuous)
+    longest = max(min(len(i.ids) + SHORT, decoder.context) for i in items)
+    got: dict[int, list[Generated]] = {}
+
+    def call(k: int) -> None:
+        got[k] = continuous.generate(items[k * 3 : k * 3 + 3], params[k * 3 : k * 3 + 3])
+
+    decoder.kv_tokens, decoder.most_rows = 3 * longest, 0
+    try:
+        threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        decoder.kv_tokens = None
+    assert [g.token_ids for k in range(4) for g in got[k]] == [g.token_ids for g in alone]
+    assert 1 < decoder.most_rows <= 3
+
+
+def test_kv_fits_counts_every_row_at_the_longest() -> None:
+    assert kv_fits(3, 100, 300) and not kv_fits(4, 100, 300)
+    assert kv_fits(10_000, 10_000, None)  # no budget: rows only bound it
