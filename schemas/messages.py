@@ -205,8 +205,12 @@ class BatchInfo(_Message):
 
 
 class Cost(_Message):
-    """What computing a request cost: its share of its batch's device time, split by padded
-    tokens (``device_ms`` = batch compute x this row's padded tokens / the batch's)."""
+    """What computing a request cost: ``device_ms`` is its share of the forward passes it
+    was in, each pass split evenly among the rows it decoded (a batch's rows are padded to
+    one length, so this is the split by padded tokens). Continuous generation charges a row
+    only for the passes of the shared loop it was in, so the charges of overlapping batches
+    add up to the loop's time; a backend that does not measure passes (embeddings, vLLM)
+    charges an even share of its batch's compute time."""
 
     tokens: int  # real tokens of this request (prompt and generated)
     padded_tokens: int  # its row's tokens with padding

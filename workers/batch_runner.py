@@ -127,7 +127,7 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
         else:
             fresh.append(item)
 
-    delivery = Delivery(batch, ctx, mark=ctx.clock())
+    delivery = Delivery(batch, ctx)
     replies.extend(answer(batch, fresh, ctx, early=delivery.send))
     return delivery.end(replies, already, deferred)
 
@@ -186,6 +186,7 @@ def _compute(
         return []
     handed: set[int] = set()  # rows of runnable already given to ``early``
     undelivered: list[BaseException] = []
+    device_ms: list[float | None] = []  # per row, where the backend measured it (generation)
 
     def finished(rows: list[tuple[int, Generated]]) -> None:
         if early is None or undelivered:
@@ -204,7 +205,9 @@ def _compute(
             )
             compute_ms = (now - started) * 1000
             result = _generation_result(enc, out)
-            reply = _reply(item, result, started, compute_ms, info, tokens, len(runnable))
+            reply = _reply(
+                item, result, started, compute_ms, info, tokens, len(runnable), out.device_ms
+            )
             group.append((item, reply))
         try:
             early(group)
@@ -216,7 +219,7 @@ def _compute(
     try:
         if ctx.backend.task == "generate":
             backend = cast(GenerativeBackend, ctx.backend)
-            results, real, padded = _generate(backend, runnable, ctx, finished)
+            results, real, padded = _generate(backend, runnable, ctx, finished, device_ms)
         else:
             results, real, padded = _embed(cast(Backend, ctx.backend), runnable)
     except Exception as exc:
@@ -246,9 +249,13 @@ def _compute(
         padded_tokens=padded,
     )
     row_padded = padded // len(runnable)  # every row is padded to the batch's longest
+    shares = device_ms or [None] * len(runnable)
     return [
-        (item, _reply(item, result, started, compute_ms, batch_info, row_padded, len(runnable)))
-        for k, ((item, _), result) in enumerate(zip(runnable, results, strict=True))
+        (
+            item,
+            _reply(item, result, started, compute_ms, batch_info, row_padded, len(runnable), share),
+        )
+        for k, ((item, _), result, share) in enumerate(zip(runnable, results, shares, strict=True))
         if k not in handed
     ]
 
@@ -261,8 +268,11 @@ def _reply(
     batch_info: BatchInfo,
     padded_tokens: int,
     rows: int,
+    device_ms: float | None = None,
 ) -> Reply:
-    """A computed row's reply; its device time is its share of the batch's compute."""
+    """A computed row's reply; its device time is what the backend measured for it (its
+    share of the forward passes it was in), else an even share of the batch's compute (its
+    rows are padded alike)."""
     request = item.request
     tokens = (
         result.token_count
@@ -281,7 +291,11 @@ def _reply(
         ),
         batch=batch_info,
         degraded=item.degraded,
-        cost=Cost(tokens=tokens, padded_tokens=padded_tokens, device_ms=compute_ms / rows),
+        cost=Cost(
+            tokens=tokens,
+            padded_tokens=padded_tokens,
+            device_ms=compute_ms / rows if device_ms is None else device_ms,
+        ),
     )
 
 
@@ -312,6 +326,7 @@ def _generate(
     runnable: list[tuple[BatchItem, EncodedItem]],
     ctx: BatchContext,
     on_finished: OnFinished,
+    device_ms: list[float | None],
 ) -> Computed:
     """Rows that asked to stream get their text as StreamDelta records as it is decoded
     (numbered from 0; a rerun of the batch sends the same ones again). Sampling without a
@@ -351,6 +366,7 @@ def _generate(
     results: list[EmbeddingResult | GenerationResult] = [
         _generation_result(enc, o) for enc, o in zip(encoded, outputs, strict=True)
     ]
+    device_ms[:] = [o.device_ms for o in outputs]
     lengths = [len(enc.ids) + o.completion_tokens for enc, o in zip(encoded, outputs, strict=True)]
     return results, sum(lengths), max(lengths) * len(runnable)
 

@@ -39,7 +39,6 @@ class Delivery:
 
     batch: Batch
     ctx: BatchContext
-    mark: float  # where the next part's compute time starts
     parts: list[Completion] = field(default_factory=list)
 
     def send(self, replies: list[tuple[BatchItem, Reply]]) -> None:
@@ -76,7 +75,6 @@ class Delivery:
         last: bool,
     ) -> None:
         batch, ctx = self.batch, self.ctx
-        computed_at = ctx.clock()
         answering = [(i.request.tenant, i.request.request_id) for i, _ in replies]
         cancelled = ctx.ledger.begin_send(answering, owner=batch.batch_id, ttl_ms=ctx.sending_ms)
         # a request cancelled while it was computed finishes, but its requester sees cancelled
@@ -121,9 +119,10 @@ class Delivery:
             ),
             computed=sum(1 for _, r in replies if r.cost is not None),
             padded_tokens=sum(r.cost.padded_tokens for _, r in replies if r.cost is not None),
-            compute_ms=(computed_at - self.mark) * 1000,
+            # device time: what the rows were charged (continuous batches share one loop,
+            # so the wall time since the last part would count it once per batch)
+            compute_ms=sum(r.cost.device_ms for _, r in replies if r.cost is not None),
         )
-        self.mark = computed_at
         notify = ctx.ledger.finish_batch if last else ctx.ledger.finish_rows
         notify(answering, batch.dispatcher_id, completion, where)
         self.parts.append(completion)

@@ -28,7 +28,10 @@ from headrace.workers.ledger import Ledger
 from tests.conftest import pipeline_env
 from tests.integration.topics import read_topic
 
-FAULT_REQUESTS = int(os.environ.get("HEADRACE_FAULT_REQUESTS", "2000"))
+# Requests in flight per fault: 1,000 by default (the runs in docs/faults.md's table used
+# 2,000; on a slow 2-core machine those took two to three minutes a fault, most of it the
+# model's compute, not the fault). HEADRACE_FAULT_REQUESTS=2000 for the full runs.
+FAULT_REQUESTS = int(os.environ.get("HEADRACE_FAULT_REQUESTS", "1000"))
 REPORT = Path(os.environ.get("HEADRACE_STATE_DIR", ".headrace")) / "faults" / "report.jsonl"
 # Faster failure detection than the defaults, so the suite fits in CI: workers beat every
 # 0.5 s (dead after 1.5 s) and a lost batch's lease is 10 s.

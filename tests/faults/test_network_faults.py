@@ -1,8 +1,8 @@
-"""Network faults through a proxy the test controls (``tests/faults/proxy.py``), with 2,000
-requests in flight: the dispatcher cut from the broker for 10 s; Redis answering every
-command 200 ms late for 20 s; S3 answering every request 2 s late while a new worker fetches
-its model from it. Each: every request answered exactly once (counted on the reply topic),
-no process restarted, and the pipeline serves afterwards."""
+"""Network faults through a proxy the test controls (``tests/faults/proxy.py``), with
+FAULT_REQUESTS (1,000 by default) in flight: the dispatcher cut from the broker for 10 s;
+Redis answering every command 200 ms late for 20 s; S3 answering every request 2 s late
+while a new worker fetches its model from it. Each: every request answered exactly once
+(counted on the reply topic), no process restarted, and the pipeline serves afterwards."""
 
 from __future__ import annotations
 

@@ -21,6 +21,10 @@ from tests.faults.harness import run_with_fault
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
+# The client's resend off: every request must be answered without it (a test that relied on
+# it would lose requests), however slow the machine makes the run.
+NO_RESENDS: dict[str, object] = {"client_resend_after_s": None}
+
 
 def test_worker_killed_mid_run(stack: LocalStack) -> None:
     run_with_fault(
@@ -51,7 +55,8 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
     the dead worker's claims, and asks again soon for what the dead dispatcher's batches
     still hold: replies flow from the moment it is ready without waiting for a lease, and
     none needs the client's resend. (Before, the new dispatcher waited ~40 s for the dead
-    one's leases and 319 requests waited for the 60 s resend. When the last reply comes
+    one's leases and 319 requests waited for the 60 s resend; here resends are off, so each
+    must be answered without one. When the last reply comes
     after it is ready depends on the work left and the machine: 1.9 s on a quiet one, 17 s
     in a CI run where the restarted worker took 12 s to load and 474 requests were left.)"""
     ready: dict[str, float] = {}
@@ -76,6 +81,7 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
         restart_both,
         seed=7,
         worker_buckets=["all", "all"],
+        client_settings=NO_RESENDS,  # every request answered without one
         HEADRACE_TORCH_THREADS="1",
     )
     after_ready = outcome.last_reply_at - ready["dispatcher"]
@@ -83,9 +89,9 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
         f"last reply {after_ready:.1f} s after the new dispatcher was ready, the longest gap "
         f"between replies from then {outcome.longest_gap_after_s} s; {outcome}"
     )
-    assert outcome.resent == 0  # nothing waited for the client's resend
-    # nothing waited for a lease (10 s here) or a resend: replies never paused for long
-    assert outcome.longest_gap_after_s <= 5.0, outcome
+    # nothing waited for a lease (10 s here): replies never paused that long (a batch of a
+    # few thousand tokens takes seconds on a slow 2-core machine)
+    assert outcome.longest_gap_after_s < 10.0, outcome
 
 
 PARTITIONS = 4
@@ -175,13 +181,14 @@ def test_a_dispatcher_killed_during_a_rebalance(stack: LocalStack) -> None:
         seen.update(killed_at=time.time(), survivor=survivor.log_path, newcomer=newcomer.log_path)
         pipeline.dispatchers.remove(victim)
 
-    outcome = run_with_fault(
+    run_with_fault(
         "kill -9 a dispatcher during a rebalance",
         unique_prefix("kill-in-rebalance"),
         join_then_kill,
         seed=6,
         worker_buckets=["all", "all"],
         dispatchers=2,
+        client_settings=NO_RESENDS,
         HEADRACE_TORCH_THREADS="1",
         HEADRACE_REQUEST_PARTITIONS=str(PARTITIONS),
         HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",  # batches wait: buckets get paused
@@ -194,5 +201,4 @@ def test_a_dispatcher_killed_during_a_rebalance(stack: LocalStack) -> None:
         if t >= seen["killed_at"] and n > 0
     ]
     assert after, "no dispatcher was given partitions after the kill"
-    assert outcome.resent == 0, outcome
     print(f"partitions held again {min(after) - seen['killed_at']:.1f} s after the kill")

@@ -144,6 +144,9 @@ class Generated:
     token_ids: list[int]
     finish_reason: FinishReason
     prompt_tokens: int
+    # the row's share of the forward passes it was in (each pass split evenly among the rows
+    # it decoded: a batch's rows are padded to one length); None: not measured
+    device_ms: float | None = field(default=None, compare=False)
 
     @property
     def completion_tokens(self) -> int:

@@ -143,6 +143,7 @@ class ContinuousDecoder:
         self.steps = 0  # decode steps run (for tests and metrics)
         self.most_rows = 0  # the most rows ever decoded in one step
         self.cpu_s = 0.0  # CPU seconds the loop's thread has used (what a token costs)
+        self.pass_s = 0.0  # seconds the loop's passes took: its rows' charges add up to it
         self._thread = threading.Thread(target=self._loop, name="decode", daemon=True)
         self._thread.start()
 
@@ -218,6 +219,10 @@ class ContinuousDecoder:
                     self._fail_all(RuntimeError("the decoder closed"))
                     return
                 joining = self._joining()
+            # the rows this pass decodes share its time (the cost each is charged)
+            members = [live.row for live in self._running.rows if live.row.finish is None]
+            members += [job.rows[i] for job, i in joining]
+            began = time.perf_counter()
             try:
                 with torch.inference_mode(), self.pulse.forward():
                     if joining:
@@ -228,6 +233,10 @@ class ContinuousDecoder:
                 log.warning("decode step failed for %d rows: %r", len(self._running), exc)
                 jobs = {live.job for live in self._running.rows} | {job for job, _ in joining}
                 self._fail(jobs, exc)
+            took = time.perf_counter() - began
+            self.pass_s += took
+            for row in members:
+                row.device_s += took / len(members)
             self.cpu_s = time.thread_time() - started
 
     def _joining(self) -> list[tuple[_Job, int]]:
@@ -394,4 +403,6 @@ def _column(values: list[int], device: torch.device) -> torch.Tensor:
 
 
 def _generated(row: Any) -> Generated:
-    return Generated(row.text, row.ids, row.finish or "length", row.prompt_tokens)
+    return Generated(
+        row.text, row.ids, row.finish or "length", row.prompt_tokens, row.device_s * 1000
+    )

@@ -66,6 +66,7 @@ class _Row:
         self.sent = 0  # characters of text already given out as deltas
         self.finish: FinishReason | None = None
         self.hold = max((len(s) for s in params.stop), default=1) - 1
+        self.device_s = 0.0  # its share of the forward passes it was in (the cost it is charged)
 
     def end(self, reason: FinishReason) -> None:
         self.finish = reason
@@ -314,6 +315,7 @@ class GenerationBackend:
         cache: Any = None
         checked = time.monotonic()
         step_mask = mask  # the prefill's is 2D; decode steps', prepared where the model takes it
+        passes_s = 0.0  # the forward passes' time, to their host copies
         for _ in range(steps):
             if cancelled is not None and time.monotonic() - checked >= self.cancel_check_s:
                 checked = time.monotonic()
@@ -322,6 +324,7 @@ class GenerationBackend:
                         rows[i].end("abort")
             if all(row.finish for row in rows):
                 break
+            began = time.perf_counter()
             with self.pulse.forward():  # to the host copy: there a hung kernel shows
                 out = self._model(
                     input_ids=ids,
@@ -336,6 +339,7 @@ class GenerationBackend:
                 steps_taken = [len(row.ids) for row in rows]
                 chosen = choose_tokens(out.logits[:, -1, :], params, seeds, steps_taken)
                 tokens = chosen.tolist()
+            passes_s += time.perf_counter() - began
             for i, row in enumerate(rows):
                 if row.finish is None:
                     self._advance(row, tokens[i])
@@ -354,7 +358,10 @@ class GenerationBackend:
                 row.end("length")  # the context ran out before max_tokens
                 if on_delta is not None and (delta := row.pending_delta()):
                     on_delta(i, delta)
-        return [Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens) for r in rows]
+        share_ms = passes_s * 1000 / len(rows)  # every row rode every pass, padded alike
+        return [
+            Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens, share_ms) for r in rows
+        ]
 
     def _text_of(self, ids: list[int]) -> str:
         with self._tokenizer_lock:

@@ -6,6 +6,7 @@ arrives while a long one decodes finishes first; cancel, deltas and failures sta
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -258,3 +259,32 @@ def test_rows_join_only_while_the_kv_cache_holds_them_and_the_rest_wait(
 def test_kv_fits_counts_every_row_at_the_longest() -> None:
     assert kv_fits(3, 100, 300) and not kv_fits(4, 100, 300)
     assert kv_fits(10_000, 10_000, None)  # no budget: rows only bound it
+
+
+def test_each_row_is_charged_its_share_of_the_passes_it_was_in_and_the_charges_add_up(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    """Cost is device time (issue 37 item 6): six callers' batches overlap in the one loop;
+    each row is charged its share of every pass it was in, so the charges add up to the
+    loop's measured time (within 5%), not to each batch's wall time once per batch."""
+    _, continuous = pair
+    items, params = _prompts(continuous, 30), _params(30)
+    decoder = _decoder(continuous)
+    got: dict[int, list[Generated]] = {}
+
+    def call(k: int) -> None:
+        got[k] = continuous.generate(items[k * 5 : k * 5 + 5], params[k * 5 : k * 5 + 5])
+
+    passes_before, began = decoder.pass_s, time.perf_counter()
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    wall_s = time.perf_counter() - began
+    charges = [g.device_ms for k in range(6) for g in got[k]]
+    assert all(c is not None and c > 0 for c in charges)
+    charged_s = sum(c for c in charges if c is not None) / 1000
+    loop_s = decoder.pass_s - passes_before
+    assert charged_s == pytest.approx(loop_s, rel=0.05)
+    assert charged_s <= wall_s  # each batch's wall time once per batch would be ~6x more
