@@ -100,7 +100,7 @@ def run(settings: Settings, requests: int, poll: int) -> Figures:
         observer=PrometheusObserver(),
         count_tokens=lambda texts: count_with(tokenizer, texts),
     )
-    core.handle(ev.WorkersSeen({b: frozenset({"w"}) for b in settings.buckets}))
+    seen = ev.WorkersSeen({b: frozenset({"w"}) for b in settings.buckets})
     records = records_of(settings, requests)
     passes = polls(records, poll)
     sent = answered = 0
@@ -120,6 +120,7 @@ def run(settings: Settings, requests: int, poll: int) -> Figures:
         core.handle(ev.CompletionsRead(completions))
 
     for polled in passes:
+        core.handle(seen)  # heartbeats (the shell's housekeeping): every bucket has a worker
         began = time.perf_counter()
         actions = core.handle(ev.RecordsRead(polled, time.time(), frozenset()))
         complete(actions + core.handle(ev.Tick()))
@@ -127,6 +128,7 @@ def run(settings: Settings, requests: int, poll: int) -> Figures:
     deadline = time.monotonic() + 10
     while answered < requests and time.monotonic() < deadline:  # the last open batches
         time.sleep(config.max_wait_ms / 1000)  # once their wait is over
+        core.handle(seen)
         began = time.perf_counter()
         complete(core.handle(ev.Tick()))
         busy += time.perf_counter() - began
