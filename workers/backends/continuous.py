@@ -144,6 +144,7 @@ class ContinuousDecoder:
         self.most_rows = 0  # the most rows ever decoded in one step
         self.cpu_s = 0.0  # CPU seconds the loop's thread has used (what a token costs)
         self.pass_s = 0.0  # seconds the loop's passes took: its rows' charges add up to it
+        self._done: list[_Live] = []  # rows this pass finished, told after it is charged
         self._thread = threading.Thread(target=self._loop, name="decode", daemon=True)
         self._thread.start()
 
@@ -237,6 +238,9 @@ class ContinuousDecoder:
             self.pass_s += took
             for row in members:
                 row.device_s += took / len(members)
+            done, self._done = self._done, []
+            for live in done:  # their callers read the charge: it includes this pass
+                live.job.finished(live.index)
             self.cpu_s = time.thread_time() - started
 
     def _joining(self) -> list[tuple[_Job, int]]:
@@ -310,7 +314,7 @@ class ContinuousDecoder:
             if live.row.finish is None and live.index in live.job.cancelled:
                 live.row.end("abort")
                 self._emit(live)
-                live.job.finished(live.index)
+                self._done.append(live)
         self._leave()
         if not batch:
             return
@@ -353,7 +357,7 @@ class ContinuousDecoder:
         live.token = row.ids[-1] if row.ids else self.pad_id
         self._emit(live)
         if row.finish is not None:
-            live.job.finished(live.index)
+            self._done.append(live)  # told once the pass's time is charged
 
     def _emit(self, live: _Live) -> None:
         if not live.job.streams:
