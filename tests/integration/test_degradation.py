@@ -12,9 +12,11 @@ import uuid
 
 import pytest
 
+from headrace.cache.requests import request_key
 from headrace.config.cache_policy import DEFAULT_CLASSES
 from headrace.config.settings import Settings
-from headrace.ops.localstack import LocalStack
+from headrace.models.registry import serving_version
+from headrace.ops.localstack import LocalStack, wait_for
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorCode
@@ -46,8 +48,15 @@ def test_without_workers_the_ladder_serves_a_stale_cached_result_then_the_canned
     seen = f"a sentence the worker computed {uuid.uuid4().hex[:6]}"
     with Pipeline(env=env, worker_buckets=["all"]) as pipeline:
         with Client(settings, tenant="acme") as client:
-            computed = client.submit(seen, cache_class="brief").result(120)
+            submission = client.submit(seen, cache_class="brief")
+            computed = submission.result(120)
             assert computed.result is not None and computed.degraded is None
+            # the worker writes L3 in the background: the stale rung reads it there, so the
+            # kill waits for it (on a slow machine the reply came first, and the kill lost it)
+            key = request_key(submission.request, serving_version(settings, submission.request))
+            l3 = client.cache.l3 if client.cache is not None else None
+            assert l3 is not None
+            wait_for(lambda: l3.get(key) is not None, 30, "the computed result in L3")
             pipeline.workers[0].kill()
             time.sleep(max(BRIEF_S, 1 + 3 * 0.3) + 1.0)  # expired, and the bucket degraded
 
