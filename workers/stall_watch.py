@@ -23,6 +23,8 @@ import time
 import traceback
 from collections.abc import Callable
 
+from headrace.workers.periodic import Periodic
+
 log = logging.getLogger(__name__)
 
 STALL_EXIT_CODE = 87
@@ -56,7 +58,7 @@ def thread_stacks() -> str:
     )
 
 
-class StallWatcher:
+class StallWatcher(Periodic):
     """Reads ``read`` (a backend's ``Pulse.read``) every ``every_s`` on a daemon thread; at a
     stall, logs every thread's stack, calls ``before_exit`` (retire from the live set) and
     ends the process with ``STALL_EXIT_CODE``."""
@@ -69,43 +71,33 @@ class StallWatcher:
         every_s: float = 1.0,
         exit: Callable[[int], object] = os._exit,
     ) -> None:
+        super().__init__("stall-watch", every_s)
         self.watch = watch
         self.read = read
         self.before_exit = before_exit
-        self.every_s = every_s
         self._exit = exit
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
 
-    def start(self) -> StallWatcher:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            stalled = self.watch.check(*self.read())
-            if stalled is None:
-                continue
-            log.error(
-                "the model has been in a forward pass for %.1fs without one ending "
-                "(worker_stall_s %.1f): exiting (code %d) so its batch goes to another "
-                "worker now. Where every thread stands:\n%s",
-                stalled,
-                self.watch.stall_s,
-                STALL_EXIT_CODE,
-                thread_stacks(),
-            )
-            try:
-                self.before_exit()
-            except Exception:  # leaving anyway: the heartbeat stops with the process
-                log.warning("could not retire before exiting", exc_info=True)
-            for handler in logging.getLogger().handlers:
-                handler.flush()
-            self._exit(STALL_EXIT_CODE)
-            return
+    def tick(self) -> bool:
+        stalled = self.watch.check(*self.read())
+        if stalled is None:
+            return False
+        log.error(
+            "the model has been in a forward pass for %.1fs without one ending "
+            "(worker_stall_s %.1f): exiting (code %d) so its batch goes to another "
+            "worker now. Where every thread stands:\n%s",
+            stalled,
+            self.watch.stall_s,
+            STALL_EXIT_CODE,
+            thread_stacks(),
+        )
+        try:
+            self.before_exit()
+        except Exception:  # leaving anyway: the heartbeat stops with the process
+            log.warning("could not retire before exiting", exc_info=True)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self._exit(STALL_EXIT_CODE)
+        return True
 
 
 def watch_model(

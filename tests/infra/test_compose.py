@@ -13,6 +13,18 @@ import yaml
 COMPOSE = Path(__file__).resolve().parents[2] / "infra" / "docker-compose.yml"
 
 
+def compose_argv() -> list[str]:
+    """How to call Docker Compose here (the test skips, saying so, where there is none)."""
+    binary = shutil.which("docker-compose")
+    if binary:
+        return [binary]
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    pytest.skip("no docker compose here (apt-get install docker-compose)")
+
+
 def test_compose_has_the_production_services() -> None:
     spec = yaml.safe_load(COMPOSE.read_text())
     services = spec["services"]
@@ -36,13 +48,7 @@ def test_compose_has_the_production_services() -> None:
 
 
 def test_compose_config_validates() -> None:
-    binary = shutil.which("docker-compose")
-    argv = [binary] if binary else None
-    if argv is None and shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
-        argv = ["docker", "compose"] if probe.returncode == 0 else None
-    if argv is None:
-        pytest.skip("no docker compose here (apt-get install docker-compose)")
+    argv = compose_argv()
     secrets = {"REDIS_PASSWORD": "x", "S3_SECRET_ACCESS_KEY": "x", "POSTGRES_PASSWORD": "x"}
     env = {**os.environ, **secrets}
     result = subprocess.run([*argv, "-f", str(COMPOSE), "config"], env=env, capture_output=True)
@@ -87,13 +93,7 @@ def test_the_hardened_profile_logs_every_role_in_and_locks_its_container() -> No
 
 
 def test_the_hardened_profile_validates_over_the_base() -> None:
-    binary = shutil.which("docker-compose")
-    argv = [binary] if binary else None
-    if argv is None and shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
-        argv = ["docker", "compose"] if probe.returncode == 0 else None
-    if argv is None:
-        pytest.skip("no docker compose here (apt-get install docker-compose)")
+    argv = compose_argv()
     secrets = {
         name: "x"
         for name in (

@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from prometheus_client import Counter
 
+from headrace.workers.periodic import Periodic
+
 log = logging.getLogger(__name__)
 
 STALL_S = 5.0  # a pass normally ends within ~100 ms (the longest poll wait)
@@ -59,7 +61,7 @@ class LoopWatch:
         return running
 
 
-class LoopWatcher:
+class LoopWatcher(Periodic):
     """Checks ``watch`` every ``every_s`` on a daemon thread; on a stall, logs the stack of
     ``thread`` (the loop's) and calls ``wake``."""
 
@@ -70,30 +72,21 @@ class LoopWatcher:
         wake: Callable[[], None],
         every_s: float = 1.0,
     ) -> None:
+        super().__init__("loop-watch", every_s)
         self.watch = watch
         self.loop_thread = thread
         self.wake = wake
-        self.every_s = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="loop-watch", daemon=True)
 
-    def start(self) -> LoopWatcher:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            running = self.watch.due()
-            if running is None:
-                continue
-            STALLS.inc()
-            frame = sys._current_frames().get(self.loop_thread.ident or -1)
-            where = "".join(traceback.format_stack(frame)) if frame is not None else "?"
-            log.warning("dispatcher loop: a pass has run %.1fs; it is at\n%s", running, where)
-            try:
-                self.wake()
-            except Exception:  # a wake-up is a nudge; the watch goes on
-                log.warning("could not wake the broker client", exc_info=True)
+    def tick(self) -> bool:
+        running = self.watch.due()
+        if running is None:
+            return False
+        STALLS.inc()
+        frame = sys._current_frames().get(self.loop_thread.ident or -1)
+        where = "".join(traceback.format_stack(frame)) if frame is not None else "?"
+        log.warning("dispatcher loop: a pass has run %.1fs; it is at\n%s", running, where)
+        try:
+            self.wake()
+        except Exception:  # a wake-up is a nudge; the watch goes on
+            log.warning("could not wake the broker client", exc_info=True)
+        return False

@@ -70,10 +70,6 @@ def saw(condition: str, ok: bool, why: str = "") -> None:
     _readiness.saw(condition, ok, why)
 
 
-def is_ready() -> bool:
-    return _readiness.state()[0]
-
-
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
