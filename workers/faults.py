@@ -8,6 +8,10 @@ after its requests were claimed, the way a segfault or the OOM killer would; one
 marker holds its batch for a while (to cancel or time out something that is running); one
 with the stall marker never ends its batch, the model at work and not moving, the way a hung
 kernel or a deadlocked decode loop would (the worker's stall watch ends such a worker).
+
+``stall_on`` is the dispatcher's (``fault_dispatcher_stall_marker``): a polled request that
+holds the marker stops the dispatcher's loop in that pass for good, the way a client call
+that never returns would (its loop watch ends such a dispatcher).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import cast
 
+from headrace.transport.base import Partition, Record
 from headrace.workers.backends.base import (
     Backend,
     EncodedItem,
@@ -140,3 +145,11 @@ class FaultyBackend:
 
 def _has(text: str, marker: str | None) -> bool:
     return marker is not None and marker in text
+
+
+def stall_on(marker: str, polled: Mapping[Partition, list[Record]]) -> None:
+    """Never returns if a record of ``polled`` holds ``marker``."""
+    needle = marker.encode()
+    if any(needle in r.value for records in polled.values() for r in records):
+        log.error("injected stall: this dispatcher's loop never moves again")
+        threading.Event().wait()

@@ -333,3 +333,34 @@ def run_with_fault(
     outcome.assert_clean()
     assert all(r is not None and r.result is not None for r in replies), outcome.errors
     return outcome
+
+
+def answered_once_after_replacement(
+    pipeline: Pipeline,
+    client: Client,
+    submissions: Sequence[Submission],
+    fault: str,
+    exited_at: float,
+    tenant: str,
+) -> tuple[float, float]:
+    """After a process that ended itself was replaced (just now): every submission answered
+    with a result, each exactly once on the reply topic. Returns (seconds from the exit to
+    the replacement being ready, seconds from then to the last reply); a row in the table."""
+    ready_s = time.monotonic() - exited_at
+    replies = [s.result(120) for s in submissions]
+    answered_s = time.monotonic() - exited_at - ready_s
+    outcome = count_on_topic(
+        client.settings,
+        client.reply_topic,
+        {s.request.request_id for s in submissions},
+        fault,
+        answered_s,
+        replies,
+        tenant=tenant,
+        all_answered_s=answered_s,
+    )
+    if outcome.lost or outcome.duplicates:
+        print_log_tails(pipeline)
+    outcome.assert_clean()
+    assert all(r.result is not None for r in replies), [r.error for r in replies]
+    return ready_s, answered_s

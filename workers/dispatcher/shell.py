@@ -66,6 +66,7 @@ from headrace.workers.dispatcher.loop_watch import LoopWatch, LoopWatcher
 from headrace.workers.dispatcher.metrics import PrometheusObserver
 from headrace.workers.dispatcher.model_watch import ModelWatch
 from headrace.workers.dispatcher.settling import Settler
+from headrace.workers.faults import stall_on
 from headrace.workers.intake import request_key
 from headrace.workers.ledger import ANSWERED, Ledger
 from headrace.workers.tasks import batch_sender
@@ -155,7 +156,7 @@ class Dispatcher:
         log.info(
             "dispatcher %s consuming %d bucket topics", self.dispatcher_id, len(self.core.batchers)
         )
-        watch = LoopWatch(time.monotonic)
+        watch = LoopWatch(time.monotonic, exit_s=self.settings.dispatcher_stall_exit_s)
         watcher = LoopWatcher(watch, threading.current_thread(), self.reader.wakeup).start()
         try:
             while not stop.is_set():
@@ -184,6 +185,8 @@ class Dispatcher:
         awaited, flood = self.core.awaiting()
         self.reader.expect(awaited=awaited, flood=flood)
         polled = self.reader.poll(self.core.poll_timeout_ms(self.answers.pending))
+        if polled and self.settings.fault_dispatcher_stall_marker is not None:
+            stall_on(self.settings.fault_dispatcher_stall_marker, polled)
         if polled:
             self.handle(RecordsRead(polled, time.time(), self._answered_before(polled)))
             # a batch due now (an idle worker) goes at once rather than at the pass's end:

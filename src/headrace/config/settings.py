@@ -211,6 +211,9 @@ class Settings(BaseSettings):
     # out leases (workers/stall_watch.py). A step of a serving model takes milliseconds to a
     # few seconds; None: no watch.
     worker_stall_s: float | None = Field(default=20.0, gt=0)
+    # A dispatcher whose loop has been in one pass this long exits so that a fresh one takes
+    # its partitions (workers/dispatcher/loop_watch.py; a pass takes milliseconds). None: never.
+    dispatcher_stall_exit_s: float | None = Field(default=120.0, gt=0)
     # JSON size of one request, enforced by the producer and again by the dispatcher (below
     # Kafka's default 1 MiB message limit, so an oversized record still reaches the dispatcher
     # and gets its typed error)
@@ -291,6 +294,9 @@ class Settings(BaseSettings):
     fault_slow_marker: str | None = None
     fault_slow_s: float = Field(default=3.0, ge=0)
     fault_stall_marker: str | None = None
+    # a dispatcher that reads a request containing fault_dispatcher_stall_marker stops in
+    # that pass for good (its loop watch ends it)
+    fault_dispatcher_stall_marker: str | None = None
     # a worker's loading stage of this name never ends (its limit ends the worker)
     fault_hang_stage: Literal["load_weights", "build", "warm_up"] | None = None
 
