@@ -44,6 +44,7 @@ class ReplyListener:
         self._thread = threading.Thread(target=self._run, name="reply-listener", daemon=True)
         self.duplicates = 0
         self.unmatched = 0
+        self.read = 0  # reply records parsed: one per reply, whoever awaits it
 
     def start(self) -> ReplyListener:
         self._thread.start()
@@ -95,6 +96,7 @@ class ReplyListener:
                     self._on_record(record)
 
     def _on_record(self, record: Record) -> None:
+        self.read += 1
         try:
             reply = parse_reply_record(record.value)
         except ValidationError:

@@ -30,6 +30,7 @@ the broker lost. Apache Kafka with acks=all loses no acknowledged record: no res
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
 import time
@@ -127,6 +128,27 @@ class Client(GenerationMixin):
         self._usage = (
             UsageMeter(self.cache.l2.redis, self.settings.topic_prefix) if self.cache else None
         )
+        self._owner = True  # False in a tenant view: its connections are this client's
+        self._views: dict[str, Client] = {}
+        self._views_lock = threading.Lock()
+
+    def for_tenant(self, tenant: str) -> Client:
+        """This client for ``tenant``: the same producer, reply listener, resender, gate and
+        cache (one of each per process, whatever the number of tenants), with the tenant's
+        own name, signing key and ``client_max_pending`` slots (one tenant at its cap does
+        not hold another's calls). Made once per tenant; closing a view closes nothing."""
+        if tenant == self.tenant:
+            return self
+        with self._views_lock:
+            view = self._views.get(tenant)
+            if view is None:
+                view = copy.copy(self)  # shallow: shares every connection
+                view.tenant = check_tenant(tenant)
+                view._key = tenant_key(self.settings.tenant_keys_dir, view.tenant)
+                view._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
+                view._owner = False
+                self._views[tenant] = view
+            return view
 
     # --- building requests ---------------------------------------------------------------------
     def prepare(
@@ -421,11 +443,18 @@ class Client(GenerationMixin):
         return self._listener.duplicates if self._listener is not None else 0
 
     @property
+    def replies_read(self) -> int:
+        """Reply records this client's listener parsed (shared by its tenant views)."""
+        return self._listener.read if self._listener is not None else 0
+
+    @property
     def pending(self) -> int:
         """Requests sent by this client still awaiting their reply."""
         return self._listener.pending() if self._listener is not None else 0
 
     def close(self) -> None:
+        if not self._owner:  # a tenant view: the client it came from owns the connections
+            return
         if self._resender is not None:
             self._resender.close()
         self._producer.close()

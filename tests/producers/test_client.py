@@ -158,3 +158,32 @@ def test_a_tenant_with_a_key_signs_its_requests_and_cancellations(tmp_path: Path
     assert control.signature == control_signature(b"acme-key", "cancel", "acme", request.request_id)
     with Client(settings, tenant="globex", transport=MemoryTransport()) as other:
         assert other.submit("no key, no signature").request.signature is None
+
+
+def test_tenant_views_share_one_listener_and_keep_their_own_name_key_and_slots(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "globex").write_bytes(b"globex-key\n")
+    transport = MemoryTransport()
+    settings = Settings(
+        topic_prefix="c", tenant_keys_dir=tmp_path, client_max_pending=1, client_on_full="raise"
+    )
+    with Client(settings, tenant="acme", transport=transport) as client:
+        globex = client.for_tenant("globex")
+        assert client.for_tenant("globex") is globex and client.for_tenant("acme") is client
+        first = client.submit("from acme")
+        with pytest.raises(BackpressureError):  # acme is at its cap ...
+            client.submit("acme again")
+        second = globex.submit("from globex")  # ... globex is not
+        requests = requests_on(transport, Topics("c").requests(16))
+        assert [r.tenant for r in requests] == ["acme", "globex"]
+        assert requests[0].signature is None
+        assert requests[1].signature == request_signature(b"globex-key", requests[1].signable())
+        for request in requests:
+            answer(transport, request)
+        assert first.result(5).tenant == "acme" and second.result(5).tenant == "globex"
+        assert client.replies_read == 2  # each reply parsed once, not once per tenant
+        globex.close()  # a view owns nothing: the client still works
+        third = globex.submit("globex again")
+        answer(transport, third.request)
+        assert third.result(5).tenant == "globex"

@@ -5,8 +5,9 @@ Routes, each in a module of its own: embeddings (``embeddings_api``), completion
 and headrace's single asynchronous jobs (``jobs_api``). Bulk and single jobs are carried out
 by the gateway's runner pool (``pool``; ``job_runners``). Bearer API keys map to tenants
 (the store keeps only their SHA-256); a tenant sees only its own files and batches: anybody
-else's are 404. Errors come in OpenAI's shape and every response has an ``x-request-id``
-(``api``).
+else's are 404. One ``Client`` serves every tenant (``Client.for_tenant``): a reply is
+parsed once however many tenants call. Errors come in OpenAI's shape and every response has
+an ``x-request-id`` (``api``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     store = JobStore(settings.sql_url)
-    clients: dict[str, Client] = {}
-    clients_lock = threading.Lock()
+    # one Client for the process (one producer, one reply listener, one resender), made at
+    # the first call; each tenant gets a view of it (its name, signing key, pending slots)
+    shared: list[Client] = []
+    shared_lock = threading.Lock()
 
     meter = UsageMeter(redis_client(settings), settings.topic_prefix)
     stop_flushing = threading.Event()
@@ -66,7 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if pool is not None:
             pool.close()
         stop_flushing.set()
-        for client in clients.values():
+        for client in shared:
             client.close()
 
     app = FastAPI(title="headrace gateway", version="1", lifespan=lifespan)
@@ -78,10 +81,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     per_tenant = settings.model_copy(update={"client_on_full": "raise"})
 
     def client_for(tenant: str) -> Client:
-        with clients_lock:
-            if tenant not in clients:
-                clients[tenant] = Client(per_tenant, tenant=tenant)
-            return clients[tenant]
+        with shared_lock:
+            if not shared:
+                shared.append(Client(per_tenant, tenant=tenant))
+        return shared[0].for_tenant(tenant)
 
     app.include_router(embeddings_router(client_for))
     app.include_router(completions_router(client_for))
