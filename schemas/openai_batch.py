@@ -20,11 +20,16 @@ CustomId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
 class EmbeddingsBody(BaseModel):
-    model_config = ConfigDict(extra="allow")  # OpenAI fields we ignore (user, dimensions...)
+    """A field OpenAI's embeddings body does not have is refused, and so is ``dimensions``
+    (served online at the model's own size only): nothing is dropped in silence."""
+
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
     input: str | list[str]
     encoding_format: Literal["float"] = "float"
+    user: str | None = None
+    dimensions: None = None
 
 
 class InputLine(BaseModel):

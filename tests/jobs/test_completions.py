@@ -267,3 +267,53 @@ def test_a_client_that_leaves_a_stream_cancels_its_request(
             for r in read_topic(settings, Topics(PREFIX[0]).control)
         ]
     assert request_id in cancelled
+
+
+def test_a_parameter_not_served_is_a_400_naming_it_never_dropped(
+    gateway: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = gateway
+    sdk = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0)
+    asks: list[tuple[str, dict[str, object]]] = [
+        ("n", {"n": 3}),
+        ("logprobs", {"logprobs": True, "top_logprobs": 2}),
+        ("response_format", {"response_format": {"type": "json_object"}}),
+        ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}),
+        ("presence_penalty", {"presence_penalty": 0.5}),
+        ("temprature", {"extra_body": {"temprature": 0}}),
+    ]
+    for field, options in asks:
+        with pytest.raises(openai.BadRequestError) as caught:
+            sdk.chat.completions.create(
+                model=tiny_lm.NAME,
+                messages=CHAT,  # type: ignore[arg-type]
+                max_completion_tokens=4,
+                **options,  # type: ignore[arg-type]
+            )
+        error = caught.value.body
+        assert isinstance(error, dict) and str(error["param"]).split(".")[0] == field, error
+        assert field in str(error["message"])
+    with pytest.raises(openai.BadRequestError) as echo:
+        sdk.completions.create(model=tiny_lm.NAME, prompt="The headrace", echo=True)
+    assert isinstance(echo.value.body, dict) and echo.value.body["param"] == "echo"
+    with pytest.raises(openai.BadRequestError) as extra:
+        sdk.embeddings.create(
+            model="all-MiniLM-L6-v2", input="x", extra_body={"truncation": "auto"}
+        )
+    assert "Unrecognized request argument supplied: truncation" in str(extra.value)
+
+    served = sdk.chat.completions.create(  # the values that ask for nothing pass
+        model=tiny_lm.NAME,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_completion_tokens=4,
+        n=1,
+        logprobs=False,
+        response_format={"type": "text"},
+        presence_penalty=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(served)
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None  # OpenAI's usage chunk
+    assert 0 < chunks[-1].usage.completion_tokens <= 4
+    sdk.close()

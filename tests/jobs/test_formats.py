@@ -129,3 +129,23 @@ def test_output_lines_match_the_documented_format() -> None:
         '{"code":"invalid_line","message":"line 9: not JSON: x"}}'
     )
     assert line_of("no-number-here") is None
+
+
+def test_a_batch_line_asking_for_what_is_not_served_is_invalid_naming_the_field() -> None:
+    chat = "/v1/chat/completions"
+    messages = [{"role": "user", "content": "Hi"}]
+    cases = {
+        openai("a", {"model": "lm", "messages": messages, "n": 2}, url=chat): "n: ",
+        openai("b", {"model": "lm", "messages": messages, "tools": [{}]}, url=chat): "tools",
+        openai("c", {"model": "lm", "messages": messages, "foo": 1}, url=chat): "foo",
+    }
+    for raw, field in cases.items():
+        parsed = parse_line(raw, 1, "openai", chat)
+        assert isinstance(parsed, Invalid) and field in parsed.reason, (raw, parsed)
+    [n_line] = [raw for raw, field in cases.items() if field == "n: "]
+    n_reason = parse_line(n_line, 1, "openai", chat)
+    assert isinstance(n_reason, Invalid) and "one choice per request" in n_reason.reason
+    embed = parse_line(openai("d", {"model": "m", "input": "x", "dimensions": 8}), 2, "openai")
+    assert isinstance(embed, Invalid) and "dimensions" in embed.reason
+    user = parse_line(openai("e", {"model": "m", "input": "x", "user": "u"}), 3, "openai")
+    assert isinstance(user, Work)

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headrace.jobs.formats import STATUS_OF
 from headrace.jobs.http_observability import ObservabilityMiddleware
+from headrace.jobs.openai_bodies import explain
 from headrace.jobs.store import JobStore
 from headrace.schemas.errors import (
     BackpressureError,
@@ -86,11 +87,13 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     first = problems[0] if problems else {}
     where = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
     param = ".".join(where) or None
-    missing = first.get("type") == "missing"
-    message = first.get("msg", "invalid request")
-    if param:
-        message = f"{param}: {message}"
-    code = "missing_required_parameter" if missing else "invalid_value"
+    kind = first.get("type")
+    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if kind == "extra_forbidden":  # OpenAI's words for a field it does not have
+        message = f"Unrecognized request argument supplied: {param}"
+    elif param:
+        message = f"{param}: {message}{explain(where[0])}"
+    code = "missing_required_parameter" if kind == "missing" else "invalid_value"
     return error_response(400, message, code, param=param)
 
 

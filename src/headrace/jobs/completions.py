@@ -80,6 +80,8 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                 else:
                     choice = {"text": "", "index": 0, "finish_reason": event.finish_reason}
                     yield _sse({**chunk, "choices": [choice], "usage": usage_of(event)})
+                    if body.include_usage:
+                        yield _sse({**chunk, "choices": [], "usage": usage_of(event)})
             yield _sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -106,6 +108,8 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                 else:
                     end = {"index": 0, "delta": {}, "finish_reason": event.finish_reason}
                     yield _sse({**chunk, "choices": [end], "usage": usage_of(event)})
+                    if body.include_usage:  # OpenAI's last chunk: no choices, the usage
+                        yield _sse({**chunk, "choices": [], "usage": usage_of(event)})
             yield _sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")

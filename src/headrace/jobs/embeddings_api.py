@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Literal, cast
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from headrace.config.settings import Settings
 from headrace.jobs.api import ApiError, Tenant, api_error, reply_error
@@ -32,6 +32,8 @@ TokenIds = list[int]
 
 
 class EmbeddingsCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a field OpenAI does not have: 400
+
     model: str
     input: str | list[str] | list[TokenIds] | TokenIds
     encoding_format: Literal["float", "base64"] = "float"

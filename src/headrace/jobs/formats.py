@@ -25,6 +25,7 @@ from headrace.jobs.openai_bodies import (
     COMPLETIONS_URL,
     ChatCompletionCreate,
     CompletionCreate,
+    explain,
     generation_body,
 )
 from headrace.schemas.errors import ErrorCode, ErrorInfo, InvalidRequestError
@@ -149,7 +150,10 @@ def _parse_plain(raw: str, line: int) -> Work | Invalid:
 def _first(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or "line"
-    return f"{where}: {err['msg']}"
+    if err["type"] == "extra_forbidden":
+        return f"unrecognized request argument supplied: {where}"
+    top = str(err["loc"][0]) if err["loc"] else ""
+    return f"{where}: {err['msg'].removeprefix('Value error, ')}{explain(top)}"
 
 
 # --- output ----------------------------------------------------------------------------------

@@ -1,13 +1,19 @@
 """OpenAI's completion and chat-completion request bodies, as the gateway and batch files
 read them. A chat's messages become one prompt the way a session's history does
-(``sessions.prompt.render_prompt``); the last message must be the user's."""
+(``sessions.prompt.render_prompt``); the last message must be the user's.
+
+No field is dropped in silence (issue 38): each of OpenAI's request fields is either served,
+or accepted only at the value that asks for nothing (``n`` 1, ``logprobs`` false, ``tools``
+empty, ...), any other value a 400 naming the field (``NOT_SERVED`` says why); a field
+OpenAI does not have is a 400 too. docs/gateway.md has the table.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from headrace.schemas.errors import InvalidRequestError
 from headrace.schemas.messages import GenerationResult
@@ -18,10 +24,55 @@ COMPLETIONS_URL = "/v1/completions"
 CHAT_URL = "/v1/chat/completions"
 
 
-class Sampling(BaseModel):
-    """The sampling fields OpenAI's completion and chat bodies share."""
+# Why a field is served only at its value that asks for nothing: added to its 400's message.
+NOT_SERVED = {
+    "n": "one choice per request is served: leave n out or 1",
+    "best_of": "leave best_of out or 1",
+    "echo": "the prompt is not echoed: leave echo out or false",
+    "suffix": "insertion is not served: leave suffix out",
+    "logprobs": "log probabilities are not served yet: leave logprobs out",
+    "top_logprobs": "log probabilities are not served yet: leave top_logprobs out",
+    "presence_penalty": "penalties are not served yet: leave presence_penalty out or 0",
+    "frequency_penalty": "penalties are not served yet: leave frequency_penalty out or 0",
+    "logit_bias": "logit_bias is not served yet: leave it out or {}",
+    "response_format": "structured output is not served yet: leave response_format out or "
+    '{"type": "text"}',
+    "tools": "tool calls are not served yet: leave tools out or []",
+    "tool_choice": 'tool calls are not served yet: leave tool_choice out or "none"',
+    "functions": "function calls are not served: leave functions out",
+    "function_call": 'function calls are not served: leave function_call out or "none"',
+    "audio": "audio output is not served",
+    "modalities": 'text is the only output: leave modalities out or ["text"]',
+    "prediction": "predicted outputs are not served",
+    "reasoning_effort": "no served model reasons: leave reasoning_effort out",
+    "web_search_options": "web search is not served",
+    "verbosity": "leave verbosity out",
+    "store": "completions are not stored: leave store out or false",
+    "service_tier": 'one tier is served: leave service_tier out, "auto" or "default"',
+}
 
-    model_config = ConfigDict(extra="ignore")  # OpenAI fields not served (n, logprobs...)
+
+def explain(field: str) -> str:
+    """What ``NOT_SERVED`` says of ``field``, or nothing."""
+    why = NOT_SERVED.get(field)
+    return f" ({why})" if why else ""
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class Sampling(BaseModel):
+    """The fields OpenAI's completion and chat bodies share; a field OpenAI does not have
+    is refused (``extra="forbid"``)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     model: str
     max_tokens: int = Field(default=16, ge=1, le=4096)
@@ -30,7 +81,27 @@ class Sampling(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     user: str | None = None
+    # accepted only at the value that asks for nothing (NOT_SERVED says why)
+    n: Literal[1] | None = None
+    presence_penalty: float | None = Field(default=None, ge=0, le=0)
+    frequency_penalty: float | None = Field(default=None, ge=0, le=0)
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=0)
+
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options_need_stream(
+        cls, value: StreamOptions | None, info: ValidationInfo
+    ) -> StreamOptions | None:
+        if value is not None and not info.data.get("stream"):
+            raise ValueError("only with stream true")
+        return value
+
+    @property
+    def include_usage(self) -> bool:
+        """A stream ends with a chunk of its usage alone (``stream_options.include_usage``)."""
+        return self.stream_options is not None and self.stream_options.include_usage
 
     def params(self) -> dict[str, Any]:
         """GenerateParams fields."""
@@ -49,6 +120,10 @@ class Sampling(BaseModel):
 
 class CompletionCreate(Sampling):
     prompt_text: str = Field(alias="prompt")
+    best_of: Literal[1] | None = None
+    echo: Literal[False] | None = None
+    suffix: None = None
+    logprobs: None = None
 
     def prompt(self) -> str:
         return self.prompt_text
@@ -62,6 +137,27 @@ class ChatMessage(BaseModel):
 class ChatCompletionCreate(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
+    # accepted, no effect on the output
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    parallel_tool_calls: bool | None = None
+    # accepted only at the value that asks for nothing (NOT_SERVED says why)
+    logprobs: Literal[False] | None = None
+    top_logprobs: Literal[0] | None = None
+    response_format: TextFormat | None = None
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
+    tool_choice: Literal["none"] | None = None
+    functions: list[dict[str, Any]] | None = Field(default=None, max_length=0)
+    function_call: Literal["none"] | None = None
+    audio: None = None
+    modalities: list[Literal["text"]] | None = None
+    prediction: None = None
+    reasoning_effort: None = None
+    web_search_options: None = None
+    verbosity: None = None
+    store: Literal[False] | None = None
+    service_tier: Literal["auto", "default"] | None = None
 
     def prompt(self) -> str:
         *history, last = self.messages

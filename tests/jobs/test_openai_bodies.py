@@ -1,0 +1,101 @@
+"""OpenAI's request fields on the completion and chat bodies: each served, or accepted only at
+the value that asks for nothing and refused otherwise, naming the field; a field OpenAI does
+not have is refused. No field is dropped in silence (issue 38 item 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from headrace.jobs.openai_bodies import (
+    NOT_SERVED,
+    ChatCompletionCreate,
+    CompletionCreate,
+    Sampling,
+)
+
+CHAT = {"model": "lm", "messages": [{"role": "user", "content": "hi"}]}
+PROMPT = {"model": "lm", "prompt": "hi"}
+
+# field: (a value that asks for nothing, one that asks for something not served)
+CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
+    "n": (1, 3),
+    "logprobs": (False, True),
+    "top_logprobs": (0, 5),
+    "presence_penalty": (0, 0.5),
+    "frequency_penalty": (0.0, -1),
+    "logit_bias": ({}, {"50256": -100}),
+    "response_format": ({"type": "text"}, {"type": "json_object"}),
+    "tools": ([], [{"type": "function", "function": {"name": "f"}}]),
+    "tool_choice": ("none", "auto"),
+    "functions": ([], [{"name": "f"}]),
+    "function_call": ("none", "auto"),
+    "audio": (None, {"voice": "alloy", "format": "wav"}),
+    "modalities": (["text"], ["text", "audio"]),
+    "prediction": (None, {"type": "content", "content": "x"}),
+    "reasoning_effort": (None, "high"),
+    "web_search_options": (None, {}),
+    "verbosity": (None, "low"),
+    "store": (False, True),
+    "service_tier": ("default", "flex"),
+}
+COMPLETION_FIELDS: dict[str, tuple[Any, Any]] = {
+    "n": (1, 2),
+    "best_of": (1, 3),
+    "echo": (False, True),
+    "suffix": (None, " end"),
+    "logprobs": (None, 2),
+    "presence_penalty": (0, 1.0),
+    "logit_bias": ({}, {"1": 5}),
+}
+
+
+def refused_field(model: type[Sampling], body: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate(body)
+    return str(caught.value.errors()[0]["loc"][0])
+
+
+@pytest.mark.parametrize(
+    ("model", "base", "fields"),
+    [(ChatCompletionCreate, CHAT, CHAT_FIELDS), (CompletionCreate, PROMPT, COMPLETION_FIELDS)],
+)
+def test_an_unserved_field_passes_at_its_no_op_value_and_is_refused_by_name_otherwise(
+    model: type[Sampling], base: dict[str, Any], fields: dict[str, tuple[Any, Any]]
+) -> None:
+    for field, (no_op, asks) in fields.items():
+        model.model_validate({**base, field: no_op})
+        assert refused_field(model, {**base, field: asks}) == field, field
+        assert field in NOT_SERVED, field  # its 400 says why
+
+
+def test_every_explained_field_is_one_a_body_has() -> None:
+    declared = set(ChatCompletionCreate.model_fields) | set(CompletionCreate.model_fields)
+    assert set(NOT_SERVED) <= declared
+
+
+def test_a_field_openai_does_not_have_is_refused_and_served_fields_pass() -> None:
+    assert refused_field(ChatCompletionCreate, {**CHAT, "temprature": 0}) == "temprature"
+    body = ChatCompletionCreate.model_validate(
+        {
+            **CHAT,
+            "max_completion_tokens": 5,
+            "seed": 3,
+            "stop": ["."],
+            "user": "u1",
+            "metadata": {"k": "v"},
+            "prompt_cache_key": "p",
+            "safety_identifier": "s",
+            "parallel_tool_calls": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    assert body.include_usage and body.params()["max_tokens"] == 5
+
+
+def test_stream_options_need_a_stream() -> None:
+    assert refused_field(ChatCompletionCreate, {**CHAT, "stream_options": {}}) == "stream_options"
+    assert not CompletionCreate.model_validate({**PROMPT, "stream": True}).include_usage
