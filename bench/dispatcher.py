@@ -32,8 +32,8 @@ from headrace.transport.base import Partition, Record
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.core import DispatcherCore
-from headrace.workers.dispatcher.metrics import PrometheusObserver
-from headrace.workers.intake import parse_request
+from headrace.workers.dispatcher.intake import parse_request
+from headrace.workers.dispatcher.io.metrics import PrometheusObserver
 
 PARTITIONS = 2
 

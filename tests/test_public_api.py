@@ -71,7 +71,7 @@ def test_importing_one_part_loads_neither_the_client_nor_the_services() -> None:
     """The root package loads its names on first use: a GPU script importing a backend, or
     the dispatcher's core, does not pull in the client, Kafka or Redis with it."""
     code = (
-        "import sys, headrace.schemas.messages, headrace.workers.batcher\n"
+        "import sys, headrace.schemas.messages, headrace.workers.dispatcher.batcher\n"
         "loaded = [m for m in ('kafka', 'redis', 'celery', 'headrace.producers.client') "
         "if m in sys.modules]\n"
         "assert not loaded, loaded\n"

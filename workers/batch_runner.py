@@ -9,17 +9,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
 
-from headrace.health.tracing import Headers
 from headrace.schemas.errors import ErrorCode, ErrorInfo, input_too_long
 from headrace.schemas.messages import (
     Batch,
@@ -39,67 +34,20 @@ from headrace.schemas.messages import (
     Usage,
 )
 from headrace.sessions.prompt import render_prompt
-from headrace.sessions.store import SessionStore
-from headrace.transport.base import Delivered
 from headrace.workers.admission import admission_error
 from headrace.workers.backends.base import (
     Backend,
     EncodedItem,
     Generated,
     GenerativeBackend,
-    ModelBackend,
     OnFinished,
 )
-from headrace.workers.cancel_watch import CancelWatch
+from headrace.workers.batch_context import BatchContext
 from headrace.workers.claims import lost_replies, ref_key, take_from_dead
-from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
+from headrace.workers.ledger import ClaimState
 from headrace.workers.reply_delivery import CANCELLED, Delivery, Early, failure
 
 log = logging.getLogger(__name__)
-
-
-class ReplySink(Protocol):
-    def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
-        """``headers``: the request's trace context (``traceparent``)."""
-        ...
-
-    def flush(self) -> Sequence[Delivered]:
-        """Return once every reply sent is acknowledged by the broker (where each landed);
-        raise if one failed."""
-        ...
-
-    def missing(self, checks: Sequence[tuple[ReplyAt, str]]) -> list[bool]:
-        """For each (where the broker said a reply landed, its request id): is the final
-        reply not there (read back)?"""
-        ...
-
-
-@dataclass
-class BatchContext:
-    backend: ModelBackend
-    ledger: Ledger
-    sink: ReplySink
-    worker_id: str = "worker"
-    claim_ms: int = 60_000  # how long a claim outlives a silent owner while computing
-    sending_ms: int = 180_000  # ... and while its replies go out (up to the delivery timeout)
-    # workers beat this often (None: do not look for dead holders of claims), on these buckets
-    heartbeat_s: float | None = None
-    buckets: list[int] = field(default_factory=list)
-    clock: Callable[[], float] = time.time
-    stats: dict[str, float] = field(default_factory=lambda: {"batches": 0, "replies": 0})
-    # called with the replies about to be sent (the cache's write-through)
-    before_delivery: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
-    sessions: SessionStore | None = None  # conversation histories of generate requests
-    # called with the batch's bucket and its replies once they are acknowledged (metrics)
-    after_delivery: Callable[[int, list[tuple[BatchItem, Reply]]], None] | None = None
-    model_version: str | None = None  # the version this worker serves (stamped on replies)
-    # called with the replies of requests a shadow version computes too (after delivery)
-    shadowed: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
-    # held while a batch encodes and computes: batches of one worker take turns at the model
-    # (a lock where a worker holds several batches of a model that computes one at a time)
-    model_turn: AbstractContextManager[object] = field(default_factory=nullcontext)
-    # one look at Redis for every running generation's cancellations (None: each batch asks)
-    cancels: CancelWatch | None = None
 
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:

@@ -18,7 +18,7 @@ from headrace.workers import metrics
 from headrace.workers.ledger import ClaimState
 
 if TYPE_CHECKING:
-    from headrace.workers.batch_runner import BatchContext
+    from headrace.workers.batch_context import BatchContext
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from headrace.sessions.prompt import exchange
 from headrace.workers.ledger import ReplyAt
 
 if TYPE_CHECKING:
-    from headrace.workers.batch_runner import BatchContext
+    from headrace.workers.batch_context import BatchContext
 
 log = logging.getLogger(__name__)
 

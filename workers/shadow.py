@@ -11,7 +11,8 @@ from dataclasses import replace
 from headrace.health.tracing import Headers
 from headrace.schemas.messages import Batch, BatchItem, Reply, StreamDelta
 from headrace.transport.base import Delivered
-from headrace.workers.batch_runner import BatchContext, answer
+from headrace.workers.batch_context import BatchContext
+from headrace.workers.batch_runner import answer
 from headrace.workers.ledger import ReplyAt
 from headrace.workers.reply_delivery import stamped
 

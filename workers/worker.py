@@ -41,7 +41,8 @@ from headrace.transport import Transport, TransportError, open_transport
 from headrace.transport.base import Delivered, Reader
 from headrace.usage.meter import UsageMeter
 from headrace.workers import metrics, tasks
-from headrace.workers.batch_runner import BatchContext, ReplySink, run_batch
+from headrace.workers.batch_context import BatchContext, ReplySink
+from headrace.workers.batch_runner import run_batch
 from headrace.workers.cancel_watch import CancelWatch
 from headrace.workers.comparisons import Comparisons
 from headrace.workers.delivery_hooks import after_delivery, comparing

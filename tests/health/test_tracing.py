@@ -32,9 +32,10 @@ from headrace.schemas.messages import Batch
 from headrace.transport import open_transport
 from headrace.usage.meter import UsageMeter
 from headrace.workers.backends import EmbeddingBackend
-from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.batch_context import BatchContext
+from headrace.workers.batch_runner import run_batch
 from headrace.workers.delivery_hooks import after_delivery
-from headrace.workers.dispatcher.shell import Dispatcher
+from headrace.workers.dispatcher.io.shell import Dispatcher
 from headrace.workers.ledger import Ledger
 from headrace.workers.version_stats import VersionStats
 from headrace.workers.worker import TopicReplySink

@@ -14,7 +14,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import headrace.jobs.http_observability
-import headrace.workers.dispatcher.metrics
+import headrace.workers.dispatcher.io.metrics
 import headrace.workers.metrics  # noqa: F401 - registers the worker's series
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-import headrace.workers.dispatcher.metrics  # noqa: F401 - registers the dispatcher's series
+import headrace.workers.dispatcher.io.metrics  # noqa: F401 - registers the dispatcher's series
 from headrace.config.settings import Settings
 from headrace.ops.scaling import ScalingPolicy
 from tests.infra.test_alerts import SERIES, exported

@@ -23,7 +23,8 @@ from headrace.jobs import finish as finish_module
 from headrace.jobs.files import read_lines
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus
-from headrace.jobs.runner import JobRunner, RunOptions, reply_topic
+from headrace.jobs.run_options import RunOptions
+from headrace.jobs.runner import JobRunner, reply_topic
 from headrace.jobs.store import JobStore
 from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import EmbeddingResult, Reply

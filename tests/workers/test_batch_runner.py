@@ -22,7 +22,8 @@ from headrace.transport import open_transport
 from headrace.transport.base import Delivered
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.backends.base import EncodedItem
-from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.batch_context import BatchContext
+from headrace.workers.batch_runner import run_batch
 from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import ClaimState, Ledger
 from headrace.workers.worker import TopicReplySink

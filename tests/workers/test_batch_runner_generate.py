@@ -30,7 +30,8 @@ from headrace.transport import open_transport
 from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
 from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.generation import GenerationBackend
-from headrace.workers.batch_runner import BatchContext, run_batch
+from headrace.workers.batch_context import BatchContext
+from headrace.workers.batch_runner import run_batch
 from headrace.workers.cancel_watch import CancelWatch
 from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import Ledger

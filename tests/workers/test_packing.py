@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from headrace.workers.batcher import DynamicBatcher
+from headrace.workers.dispatcher.batcher import DynamicBatcher
 from headrace.workers.packing import PackingBatcher, by_length, cut_points
 from tests.clock import FakeClock
 

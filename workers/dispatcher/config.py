@@ -12,12 +12,12 @@ from headrace.config.settings import Settings
 from headrace.limits.policy import TenantLimits
 from headrace.schemas.signing import Keys, tenant_keys
 from headrace.schemas.topics import Lane, Topics
-from headrace.workers.batcher import Batcher, DynamicBatcher
+from headrace.workers.dispatcher.batcher import Batcher, DynamicBatcher
 from headrace.workers.dispatcher.flights import Pending
+from headrace.workers.dispatcher.health import HealthPolicy
 from headrace.workers.dispatcher.ladder import LadderPolicy
 from headrace.workers.dispatcher.lanes import LanePolicy
 from headrace.workers.dispatcher.quotas import LimitsPolicy
-from headrace.workers.health import HealthPolicy
 from headrace.workers.packing import PackingBatcher
 
 

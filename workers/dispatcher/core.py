@@ -6,7 +6,7 @@ letters, records forwarded to their proper bucket, commits, pauses, seeks, reply
 scans), the shape of vLLM v1's scheduler. It owns the batchers, the flights, the offsets,
 bucket health, admission and routing by its own token counts (``records``, ``routing``),
 and redelivery (``recovery``).
-The shell (``headrace.workers.dispatcher.shell``) polls, calls ``handle`` and carries the
+The shell (``headrace.workers.dispatcher.io.shell``) polls, calls ``handle`` and carries the
 actions out; unit tests drive the core with events and an injected clock.
 """
 
@@ -23,8 +23,8 @@ from headrace.schemas.messages import (
 )
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
-from headrace.workers.batcher import Batcher
 from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.batcher import Batcher
 from headrace.workers.dispatcher.bulk_share import BulkShare
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.deferrals import Deferrals
@@ -34,6 +34,7 @@ from headrace.workers.dispatcher.flights import (
     Pending,
     ref_key,
 )
+from headrace.workers.dispatcher.health import BucketHealth
 from headrace.workers.dispatcher.lanes import next_lane
 from headrace.workers.dispatcher.observer import Observer
 from headrace.workers.dispatcher.outgoing import Outgoing
@@ -44,7 +45,6 @@ from headrace.workers.dispatcher.refusals import Refusals
 from headrace.workers.dispatcher.routing import TokenCounter
 from headrace.workers.dispatcher.versions import Versions
 from headrace.workers.dispatcher.workload import Workload
-from headrace.workers.health import BucketHealth
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from headrace.schemas.messages import BatchItem, RecordRef
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher.events import RequestKey
-from headrace.workers.offsets import OffsetTracker
+from headrace.workers.dispatcher.offsets import OffsetTracker
 
 RefKey = tuple[str, int, int]
 

@@ -20,18 +20,18 @@ from headrace.schemas.signing import Keys, request_signature, signed_by
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
-from headrace.workers.batcher import Batcher
 from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.batcher import Batcher
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
+from headrace.workers.dispatcher.health import BucketHealth, Health
+from headrace.workers.dispatcher.intake import Rejection, parse_request
 from headrace.workers.dispatcher.ladder import Reason, descend, late
 from headrace.workers.dispatcher.observer import Observer
+from headrace.workers.dispatcher.offsets import Gaps
 from headrace.workers.dispatcher.quotas import Quotas
 from headrace.workers.dispatcher.refusals import Refusals
 from headrace.workers.dispatcher.routing import Onward, TokenCounter, route
-from headrace.workers.health import BucketHealth, Health
-from headrace.workers.intake import Rejection, parse_request
-from headrace.workers.offsets import Gaps
 
 log = logging.getLogger(__name__)
 

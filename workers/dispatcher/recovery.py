@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.events import Action, RequestKey, Settle, Settled
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, InFlight, Pending
+from headrace.workers.dispatcher.health import BucketHealth
 from headrace.workers.dispatcher.observer import Observer
 from headrace.workers.dispatcher.redelivery import Lease, after_failure, lease_verdict
-from headrace.workers.health import BucketHealth
 
 log = logging.getLogger(__name__)
 

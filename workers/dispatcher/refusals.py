@@ -28,8 +28,8 @@ from headrace.schemas.messages import (
 )
 from headrace.workers.dispatcher.events import Answer
 from headrace.workers.dispatcher.flights import Pending, RefKey, ref_key
+from headrace.workers.dispatcher.intake import Rejection
 from headrace.workers.dispatcher.redelivery import exhausted_message
-from headrace.workers.intake import Rejection
 
 
 @dataclass

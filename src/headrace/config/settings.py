@@ -212,7 +212,7 @@ class Settings(BaseSettings):
     # few seconds; None: no watch.
     worker_stall_s: float | None = Field(default=20.0, gt=0)
     # A dispatcher whose loop has been in one pass this long exits so that a fresh one takes
-    # its partitions (workers/dispatcher/loop_watch.py; a pass takes milliseconds). None: never.
+    # its partitions (workers/dispatcher/io/loop_watch.py; a pass takes milliseconds). None: never.
     dispatcher_stall_exit_s: float | None = Field(default=120.0, gt=0)
     # JSON size of one request, enforced by the producer and again by the dispatcher (below
     # Kafka's default 1 MiB message limit, so an oversized record still reaches the dispatcher

@@ -22,6 +22,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from headrace.jobs.body_limit import BodyLimitMiddleware
+from headrace.jobs.error_body import error_response, kind_of
 from headrace.jobs.formats import STATUS_OF
 from headrace.jobs.http_observability import ObservabilityMiddleware
 from headrace.jobs.openai_bodies import explain
@@ -43,13 +45,6 @@ REQUEST_ID = "x-request-id"
 _CALLER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-def kind_of(status: int) -> str:
-    """OpenAI's error ``type`` for an HTTP status."""
-    if status == 429:
-        return "requests"
-    return "server_error" if status >= 500 else "invalid_request_error"
-
-
 class ApiError(HTTPException):
     def __init__(
         self,
@@ -64,18 +59,6 @@ class ApiError(HTTPException):
         self.code = code
         self.kind = kind or kind_of(status)
         self.param = param
-
-
-def error_response(
-    status: int,
-    message: str,
-    code: str | None,
-    kind: str | None = None,
-    param: str | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> JSONResponse:
-    error = {"message": message, "type": kind or kind_of(status), "param": param, "code": code}
-    return JSONResponse({"error": error}, status_code=status, headers=dict(headers or {}))
 
 
 _STARLETTE_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
@@ -100,7 +83,6 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
 def install(app: FastAPI, max_body_bytes: int, max_file_bytes: int) -> None:
     """Errors in OpenAI's shape, the request id and the body-size limits, on every route of
     ``app``."""
-    from headrace.jobs.body_limit import BodyLimitMiddleware
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

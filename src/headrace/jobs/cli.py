@@ -27,7 +27,8 @@ from headrace.jobs.formats import InputFormat
 from headrace.jobs.launch import new_job, start_detached
 from headrace.jobs.lease import LeaseHeld, runner_id
 from headrace.jobs.lifecycle import FINAL, JobStatus
-from headrace.jobs.runner import JobRunner, RunOptions
+from headrace.jobs.run_options import RunOptions
+from headrace.jobs.runner import JobRunner
 from headrace.jobs.store import Counts, Job, JobNotFound, JobStore
 
 batch = typer.Typer(help="Bulk jobs: a file of requests in, a file of results out.")

@@ -18,7 +18,8 @@ import threading
 
 from headrace.config.settings import Settings
 from headrace.jobs.lease import Halted, LeaseHeld, LeaseLost, runner_id
-from headrace.jobs.runner import JobRunner, RunOptions
+from headrace.jobs.run_options import RunOptions
+from headrace.jobs.runner import JobRunner
 from headrace.jobs.single import KIND
 from headrace.jobs.single_runner import SingleJobs
 from headrace.jobs.store import Job, JobStore

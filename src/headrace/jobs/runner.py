@@ -28,7 +28,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -50,27 +49,17 @@ from headrace.jobs.index import CustomIds
 from headrace.jobs.lease import Halted, Lease, LeaseLost, runner_id
 from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
 from headrace.jobs.progress import Progress
+from headrace.jobs.run_options import RunOptions
 from headrace.jobs.single import job_object
 from headrace.jobs.store import Counts, Job, JobStore
 from headrace.jobs.submitter import Submitter, input_format, request_id
 from headrace.jobs.webhooks import notify
 from headrace.producers.client import Client
 from headrace.schemas.messages import final_reply
-from headrace.schemas.topics import Lane, Topics
+from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RunOptions:
-    window: int = 5000  # requests in the air at most
-    checkpoint_s: float = 1.0
-    cancel_wait_s: float = 30.0
-    truncate: bool = False  # cut over-long inputs instead of failing their lines
-    lane: Lane = "bulk"  # jobs wait for online traffic; "online" only to compare (bench)
-    lease_s: float | None = None  # None: settings.job_lease_s
-    take_over: bool = False  # take the job's lease even while another runner holds it
 
 
 def reply_topic(settings_prefix: str, job_id: str) -> str:

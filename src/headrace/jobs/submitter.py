@@ -21,7 +21,7 @@ from headrace.schemas.errors import ErrorInfo, InvalidRequestError
 from headrace.schemas.messages import GenerateParams, Request
 
 if TYPE_CHECKING:
-    from headrace.jobs.runner import RunOptions
+    from headrace.jobs.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 

@@ -124,7 +124,7 @@ def _serve_health(port: int | None, settings: Settings, service: str) -> None:
 @app.command()
 def dispatcher(log_level: str = "INFO", metrics_port: int | None = MetricsPort) -> None:
     """Run the dispatcher: bucket topics -> batches -> Celery queues."""
-    from headrace.workers.dispatcher.shell import Dispatcher
+    from headrace.workers.dispatcher.io.shell import Dispatcher
 
     _logging(log_level)
     settings = _needs("kafka", "redis", "sql")  # sql: the model registry

@@ -12,7 +12,7 @@ from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.core import DispatcherCore
-from headrace.workers.health import HealthPolicy
+from headrace.workers.dispatcher.health import HealthPolicy
 from tests.clock import FakeClock
 
 A = TypeVar("A")

@@ -17,7 +17,7 @@ from headrace.schemas.messages import Completion, GenerateParams, Request
 from headrace.schemas.signing import request_signature
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
-from headrace.workers.health import HealthPolicy
+from headrace.workers.dispatcher.health import HealthPolicy
 from tests.workers.dispatcher.rig import MODEL, TOPICS, Rig, count_words, ids, of, ref
 
 P16 = (TOPICS.requests(16), 0)

@@ -27,10 +27,7 @@ from headrace.schemas.messages import Batch, Control
 from headrace.schemas.signing import KeyFolder, control_signature, signed_by
 from headrace.transport import Partition, Record, Transport, open_transport
 from headrace.transport.known_topics import KnownTopics
-from headrace.workers.dispatcher.answers import Answerer
-from headrace.workers.dispatcher.cache_rung import CacheRung
 from headrace.workers.dispatcher.config import CoreConfig
-from headrace.workers.dispatcher.control import ControlReader
 from headrace.workers.dispatcher.core import DispatcherCore
 from headrace.workers.dispatcher.events import (
     Action,
@@ -61,13 +58,16 @@ from headrace.workers.dispatcher.events import (
     Tick,
     WorkersSeen,
 )
-from headrace.workers.dispatcher.lag import export_lag, publish_backlog
-from headrace.workers.dispatcher.loop_watch import LoopWatch, LoopWatcher
-from headrace.workers.dispatcher.metrics import PrometheusObserver
-from headrace.workers.dispatcher.model_watch import ModelWatch
-from headrace.workers.dispatcher.settling import Settler
+from headrace.workers.dispatcher.intake import request_key
+from headrace.workers.dispatcher.io.answers import Answerer
+from headrace.workers.dispatcher.io.cache_rung import CacheRung
+from headrace.workers.dispatcher.io.control import ControlReader
+from headrace.workers.dispatcher.io.lag import export_lag, publish_backlog
+from headrace.workers.dispatcher.io.loop_watch import LoopWatch, LoopWatcher
+from headrace.workers.dispatcher.io.metrics import PrometheusObserver
+from headrace.workers.dispatcher.io.model_watch import ModelWatch
+from headrace.workers.dispatcher.io.settling import Settler
 from headrace.workers.faults import stall_on
-from headrace.workers.intake import request_key
 from headrace.workers.ledger import ANSWERED, Ledger
 from headrace.workers.tasks import batch_sender
 

@@ -11,7 +11,7 @@ from headrace.schemas.topics import LANES, Lane
 from headrace.transport import Reader
 from headrace.workers.dispatcher.core import DispatcherCore
 from headrace.workers.dispatcher.events import BacklogSeen
-from headrace.workers.dispatcher.metrics import LAG, QUEUED_WORK
+from headrace.workers.dispatcher.io.metrics import LAG, QUEUED_WORK
 
 LAG_KINDS = ("unread", "uncommitted")
 Backlog = dict[tuple[str, Lane], int]  # (bucket label, lane) -> records not yet answered

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headrace.workers.health import BucketHealth, Health, HealthPolicy
+from headrace.workers.dispatcher.health import BucketHealth, Health, HealthPolicy
 from tests.clock import FakeClock
 
 POLICY = HealthPolicy(

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from headrace.workers.dispatcher.loop_watch import LoopWatch, LoopWatcher
+from headrace.workers.dispatcher.io.loop_watch import LoopWatch, LoopWatcher
 from headrace.workers.stall_watch import STALL_EXIT_CODE
 from tests.clock import FakeClock
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Request
-from headrace.workers.intake import Rejection, parse_request
+from headrace.workers.dispatcher.intake import Rejection, parse_request
 
 MAX = 64 * 1024
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headrace.workers.offsets import OffsetTracker
+from headrace.workers.dispatcher.offsets import OffsetTracker
 
 P = ("topic", 0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.workers.batcher import DynamicBatcher
+from headrace.workers.dispatcher.batcher import DynamicBatcher
 from tests.clock import FakeClock
 
 

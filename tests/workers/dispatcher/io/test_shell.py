@@ -30,7 +30,7 @@ from headrace.schemas.messages import (
 from headrace.schemas.signing import control_signature
 from headrace.schemas.topics import Topics
 from headrace.transport.memory import MemoryTransport
-from headrace.workers.dispatcher.shell import Dispatcher
+from headrace.workers.dispatcher.io.shell import Dispatcher
 from headrace.workers.ledger import Ledger
 from tests.transport.test_contract import Listener
 

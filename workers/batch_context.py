@@ -1,0 +1,65 @@
+"""What one batch runs with on a worker (``BatchContext``: the model, the ledger, where replies
+go, the hooks around delivery) and where its replies go (``ReplySink``). Its own module: the
+helpers of ``batch_runner`` (claims, reply delivery, shadows) read it without importing the
+runner back; ``worker`` builds it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from headrace.health.tracing import Headers
+from headrace.schemas.messages import BatchItem, Reply, StreamDelta
+from headrace.sessions.store import SessionStore
+from headrace.transport.base import Delivered
+from headrace.workers.backends.base import ModelBackend
+from headrace.workers.cancel_watch import CancelWatch
+from headrace.workers.ledger import Ledger, ReplyAt
+
+
+class ReplySink(Protocol):
+    def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
+        """``headers``: the request's trace context (``traceparent``)."""
+        ...
+
+    def flush(self) -> Sequence[Delivered]:
+        """Return once every reply sent is acknowledged by the broker (where each landed);
+        raise if one failed."""
+        ...
+
+    def missing(self, checks: Sequence[tuple[ReplyAt, str]]) -> list[bool]:
+        """For each (where the broker said a reply landed, its request id): is the final
+        reply not there (read back)?"""
+        ...
+
+
+@dataclass
+class BatchContext:
+    backend: ModelBackend
+    ledger: Ledger
+    sink: ReplySink
+    worker_id: str = "worker"
+    claim_ms: int = 60_000  # how long a claim outlives a silent owner while computing
+    sending_ms: int = 180_000  # ... and while its replies go out (up to the delivery timeout)
+    # workers beat this often (None: do not look for dead holders of claims), on these buckets
+    heartbeat_s: float | None = None
+    buckets: list[int] = field(default_factory=list)
+    clock: Callable[[], float] = time.time
+    stats: dict[str, float] = field(default_factory=lambda: {"batches": 0, "replies": 0})
+    # called with the replies about to be sent (the cache's write-through)
+    before_delivery: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
+    sessions: SessionStore | None = None  # conversation histories of generate requests
+    # called with the batch's bucket and its replies once they are acknowledged (metrics)
+    after_delivery: Callable[[int, list[tuple[BatchItem, Reply]]], None] | None = None
+    model_version: str | None = None  # the version this worker serves (stamped on replies)
+    # called with the replies of requests a shadow version computes too (after delivery)
+    shadowed: Callable[[list[tuple[BatchItem, Reply]]], None] | None = None
+    # held while a batch encodes and computes: batches of one worker take turns at the model
+    # (a lock where a worker holds several batches of a model that computes one at a time)
+    model_turn: AbstractContextManager[object] = field(default_factory=nullcontext)
+    # one look at Redis for every running generation's cancellations (None: each batch asks)
+    cancels: CancelWatch | None = None
