@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from headrace.ops.processes import Pipeline
-from tests.jobs.gateway_proc import auth, running_gateway
+from tests.gateway.gateway_proc import auth, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

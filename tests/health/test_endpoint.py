@@ -16,7 +16,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Proc
 from tests.clock import FakeClock
 from tests.conftest import pipeline_env, unique_prefix
-from tests.jobs.gateway_proc import free_port
+from tests.gateway.gateway_proc import free_port
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,7 +9,7 @@ from sqlalchemy.exc import OperationalError
 
 from headrace.config.settings import Settings
 from headrace.health.reach import check_kafka, explain
-from tests.jobs.gateway_proc import free_port
+from tests.gateway.gateway_proc import free_port
 
 SETTINGS = Settings(
     kafka_bootstrap="k1:9092,k2:9092",

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import headrace.jobs.http_observability
+import headrace.gateway.http_observability
 import headrace.workers.dispatcher.io.metrics
 import headrace.workers.metrics  # noqa: F401 - registers the worker's series
 

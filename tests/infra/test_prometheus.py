@@ -19,7 +19,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Proc
 from headrace.producers.client import Client
 from tests.conftest import pipeline_env, unique_prefix
-from tests.jobs.gateway_proc import free_port
+from tests.gateway.gateway_proc import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -26,8 +26,8 @@ from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorCode, OverloadedError
 from headrace.schemas.messages import Reply
 from tests.conftest import pipeline_env, unique_prefix
+from tests.gateway.gateway_proc import running_gateway
 from tests.integration.topics import read_topic
-from tests.jobs.gateway_proc import running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 MODEL = "all-MiniLM-L6-v2"

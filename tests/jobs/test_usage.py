@@ -18,7 +18,7 @@ from headrace.jobs.usage import flush, seconds_of, totals
 from headrace.ops.localstack import LocalStack
 from headrace.usage.meter import Totals, UsageMeter
 from tests.clock import FakeClock
-from tests.jobs.gateway_proc import auth, running_gateway
+from tests.gateway.gateway_proc import auth, running_gateway
 
 T0 = 1_800_000_000.0
 

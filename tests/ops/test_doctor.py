@@ -19,7 +19,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.schemas.topics import Topics
 from headrace.sql import newest_revision
 from tests.conftest import unique_prefix
-from tests.jobs.gateway_proc import free_port
+from tests.gateway.gateway_proc import free_port
 
 CLI = [sys.executable, "-m", "headrace.ops.cli"]
 

@@ -27,7 +27,7 @@ from headrace.schemas.messages import (
 )
 from headrace.workers import metrics
 from tests.conftest import pipeline_env, unique_prefix
-from tests.jobs.gateway_proc import free_port
+from tests.gateway.gateway_proc import free_port
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -208,8 +208,8 @@ def gateway(
     """Serve the OpenAI-compatible HTTP gateway (files, batches, embeddings)."""
     import uvicorn
 
+    from headrace.gateway.gateway import create_app
     from headrace.health.tracing import configure
-    from headrace.jobs.gateway import create_app
 
     settings = _needs("sql", "kafka", "redis")
     configure(settings.tracing_exporter, "headrace-gateway")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from headrace.jobs.error_body import error_response
+from headrace.gateway.error_body import error_response
 
 MULTIPART_SLACK = 1024 * 1024  # a file upload's form fields and boundaries
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from headrace.jobs.api import ApiError, Tenant
+from headrace.gateway.api import ApiError, Tenant
 from headrace.jobs.store import JobStore
 from headrace.jobs.usage import seconds_of, totals
 from headrace.usage.meter import Totals, UsageMeter

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.jobs.api import api_error, reply_error
+from headrace.gateway.api import api_error, reply_error
 from headrace.schemas.errors import (
     ErrorCode,
     ErrorInfo,

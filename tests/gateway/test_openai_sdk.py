@@ -17,7 +17,7 @@ from openai.types import Batch
 from headrace.models.tokenizer import count_tokens, tokenizer_for
 from headrace.ops.processes import Pipeline
 from tests.disk import fill, small_disk
-from tests.jobs.gateway_proc import running_gateway
+from tests.gateway.gateway_proc import running_gateway
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,7 +17,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from headrace.config.settings import Settings
-from headrace.jobs.api import ApiError, Tenant, api_error, reply_error
+from headrace.gateway.api import ApiError, Tenant, api_error, reply_error
 from headrace.models.registry import ModelSpec, embedding_size, resolve
 from headrace.models.tokenizer import tokenizer_of
 from headrace.producers.client import Client

@@ -22,10 +22,10 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from headrace.jobs.body_limit import BodyLimitMiddleware
-from headrace.jobs.error_body import error_response, kind_of
+from headrace.gateway.body_limit import BodyLimitMiddleware
+from headrace.gateway.error_body import error_response, kind_of
+from headrace.gateway.http_observability import ObservabilityMiddleware
 from headrace.jobs.formats import STATUS_OF
-from headrace.jobs.http_observability import ObservabilityMiddleware
 from headrace.jobs.openai_bodies import explain
 from headrace.jobs.store import JobStore
 from headrace.schemas.errors import (

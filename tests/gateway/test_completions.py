@@ -21,8 +21,8 @@ from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import Control
 from headrace.schemas.topics import Topics
 from tests.conftest import pipeline_env, unique_prefix
+from tests.gateway.gateway_proc import auth, running_gateway
 from tests.integration.topics import read_topic
-from tests.jobs.gateway_proc import auth, running_gateway
 
 pytestmark = pytest.mark.timeout(300)
 PREFIX = [""]  # the module's pipeline's topic prefix

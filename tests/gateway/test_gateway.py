@@ -18,8 +18,8 @@ from headrace.config.settings import Settings
 from headrace.jobs.webhooks import SIGNATURE, verify
 from headrace.ops.processes import Pipeline
 from headrace.schemas.topics import Topics
+from tests.gateway.gateway_proc import auth, running_gateway
 from tests.integration.topics import read_topic
-from tests.jobs.gateway_proc import auth, running_gateway
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,7 +16,7 @@ from schemathesis import Case, GenerationMode
 from schemathesis.schemas import BaseSchema
 
 from headrace.ops.processes import Pipeline
-from tests.jobs.gateway_proc import running_gateway
+from tests.gateway.gateway_proc import running_gateway
 
 pytestmark = pytest.mark.timeout(600)
 

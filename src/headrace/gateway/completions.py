@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from headrace.jobs.api import Tenant, api_error
+from headrace.gateway.api import Tenant, api_error
 from headrace.jobs.openai_bodies import (
     ChatCompletionCreate,
     CompletionCreate,

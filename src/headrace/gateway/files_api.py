@@ -15,7 +15,7 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import FileResponse
 
 from headrace.config.settings import Settings
-from headrace.jobs.api import ApiError, Tenant
+from headrace.gateway.api import ApiError, Tenant
 from headrace.jobs.files import disk_full, is_s3
 from headrace.jobs.store import File as FileRecord
 from headrace.jobs.store import JobNotFound, JobStore

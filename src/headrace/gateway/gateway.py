@@ -24,17 +24,17 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from headrace.config.settings import Settings
 from headrace.connections import redis_client
-from headrace.jobs import api
-from headrace.jobs.batches_api import batches_router
-from headrace.jobs.completions import completions_router
-from headrace.jobs.embeddings_api import embeddings_router
-from headrace.jobs.files_api import files_router
-from headrace.jobs.jobs_api import jobs_router
-from headrace.jobs.models_api import models_router
+from headrace.gateway import api
+from headrace.gateway.batches_api import batches_router
+from headrace.gateway.completions import completions_router
+from headrace.gateway.embeddings_api import embeddings_router
+from headrace.gateway.files_api import files_router
+from headrace.gateway.jobs_api import jobs_router
+from headrace.gateway.models_api import models_router
+from headrace.gateway.usage_api import usage_router
 from headrace.jobs.pool import RunnerPool
 from headrace.jobs.store import JobStore
 from headrace.jobs.usage import flush
-from headrace.jobs.usage_api import usage_router
 from headrace.producers.client import Client
 from headrace.usage.meter import UsageMeter
 

@@ -12,8 +12,8 @@ from fastapi import APIRouter
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from headrace.config.settings import Settings
-from headrace.jobs.api import ApiError, Tenant
-from headrace.jobs.batches_api import owned_job
+from headrace.gateway.api import ApiError, Tenant
+from headrace.gateway.batches_api import owned_job
 from headrace.jobs.formats import Invalid, parse_line
 from headrace.jobs.launch import new_job
 from headrace.jobs.single import KIND, job_object

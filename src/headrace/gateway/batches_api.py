@@ -12,8 +12,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, field_validator
 
 from headrace.config.settings import Settings
-from headrace.jobs.api import ApiError, Tenant
-from headrace.jobs.files_api import list_page, owned_file, unix
+from headrace.gateway.api import ApiError, Tenant
+from headrace.gateway.files_api import list_page, owned_file, unix
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.store import Job, JobNotFound, JobStore

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from headrace.config.settings import Settings
-from headrace.jobs.api import ApiError, Tenant
+from headrace.gateway.api import ApiError, Tenant
 from headrace.models.registry import resolve, served_models
 
 
