@@ -20,7 +20,8 @@ online request to a bucket past its backlog bound, or of a tenant over its limit
 ``LimitedError`` (``OverloadedError``, ``RateLimitedError``, ``QuotaExceededError``, with
 ``retry_after_s``) before it is produced (``headrace.limits.gate``).
 
-Against tansu (``broker_flavor``), a request still unanswered after
+Against a broker that may lose acknowledged records (tansu: the transport's
+``guarantees``), a request still unanswered after
 ``client_resend_after_s`` is produced again, with the same request_id, to the topic of its
 token count (at most ``client_max_resends`` times): the pipeline answers a request id once,
 so a resend costs nothing when the first copy is merely slow, and recovers a request record
@@ -114,7 +115,12 @@ class Client(GenerationMixin):
         self._producer = self.transport.writer(self.settings.reply_delivery_timeout_s)
         self._listener = ReplyListener(self.transport, self.reply_topic).start() if listen else None
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
-        after_s = self.settings.resend_after_s()
+        # against a broker that may lose an acknowledged request: sent again if unanswered
+        after_s = (
+            self.settings.client_resend_after_s
+            if self.transport.guarantees.loses_acked_records
+            else None
+        )
         self._resender = (
             Resender(after_s, self.settings.client_max_resends, self._resend, self.flush)
             if listen and after_s is not None

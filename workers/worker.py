@@ -96,6 +96,8 @@ class TopicReplySink:
         back with one reader kept for it, one pass per partition from the lowest offset
         asked; a reply found once is not read again."""
         out = [False] * len(checks)
+        if not self.transport.guarantees.loses_acked_records:
+            return out  # the broker keeps what it acknowledged: nothing to read back
         wanted: dict[tuple[str, int], dict[int, list[tuple[int, str]]]] = {}
         for i, (at, request_id) in enumerate(checks):
             if (at, request_id) not in self._confirmed:

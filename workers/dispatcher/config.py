@@ -12,6 +12,7 @@ from headrace.config.settings import Settings
 from headrace.limits.policy import TenantLimits
 from headrace.schemas.signing import Keys, tenant_keys
 from headrace.schemas.topics import Lane, Topics
+from headrace.transport.guarantees import guarantees_of
 from headrace.workers.dispatcher.batcher import Batcher, DynamicBatcher
 from headrace.workers.dispatcher.flights import Pending
 from headrace.workers.dispatcher.health import HealthPolicy
@@ -110,7 +111,7 @@ class CoreConfig:
                 opt_out=frozenset(settings.degrade_opt_out),
                 late_factor=settings.degrade_late_factor,
             ),
-            contiguous_offsets=settings.broker_flavor == "tansu",
+            contiguous_offsets=guarantees_of(settings).contiguous_offsets,
             scaling_prior_tokens_per_s=settings.scaling_prior_tokens_per_s,
             pack=settings.pack_batches,
             batch_overhead_tokens=settings.batch_overhead_tokens,

@@ -265,7 +265,8 @@ class Settings(BaseSettings):
     # A request unanswered this long is produced again (same request_id: the pipeline answers
     # it once), up to client_max_resends times: a broker that lost an acknowledged request
     # record (seen with tansu) costs a delay, not the request. None turns it off.
-    client_resend_after_s: float | None = Field(default=60.0, gt=0)  # tansu only
+    # only against a broker that may lose acknowledged records (transport guarantees: tansu)
+    client_resend_after_s: float | None = Field(default=60.0, gt=0)
     client_max_resends: int = Field(default=3, ge=0)
     # How long a worker waits for its replies to be acknowledged by the broker (it keeps its
     # claims meanwhile, so a broker restart delays replies instead of duplicating them).
@@ -330,11 +331,6 @@ class Settings(BaseSettings):
         """The most records a bucket's online backlog may hold; None: unbounded."""
         bound = self.bucket_max_backlog.get(bucket, self.max_backlog)
         return bound or None
-
-    def resend_after_s(self) -> float | None:
-        """When a client produces an unanswered request again: only against tansu, which
-        has lost acknowledged records; Apache Kafka with acks=all does not."""
-        return self.client_resend_after_s if self.broker_flavor == "tansu" else None
 
     def vllm_engine_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {

@@ -49,6 +49,13 @@ class RunnerPool:
         self.running: dict[str, threading.Thread] = {}
         self.transport = open_transport(settings)
         self.singles = SingleJobs(store, settings, self.transport)
+        # a single job's request still unanswered this long is sent again, where the broker
+        # may lose it (the transport's guarantees)
+        self._resend_after_s = (
+            settings.client_resend_after_s
+            if self.transport.guarantees.loses_acked_records
+            else None
+        )
         self._threads: list[threading.Thread] = []
 
     def start(self) -> RunnerPool:
@@ -84,7 +91,7 @@ class RunnerPool:
         for job_id in list(self.singles.submitted):
             if not self.store.renew(job_id, self.owner, lease_s):
                 self.singles.submitted.pop(job_id, None)  # ended, or taken over
-        for job_id in self.singles.due_again(self.settings.resend_after_s()):
+        for job_id in self.singles.due_again(self._resend_after_s):
             self._submit(self.store.get(job_id))
         for job in self.store.claimable(SINGLE_CLAIMS_PER_PASS, kind=KIND):
             if self.store.claim(job.id, self.owner, lease_s):

@@ -8,6 +8,7 @@ from headrace.config.settings import Settings
 from headrace.transport.base import (
     Delivered,
     DeliveryError,
+    Guarantees,
     Headers,
     Partition,
     Reader,
@@ -20,10 +21,13 @@ from headrace.transport.base import (
     UnsupportedClientError,
     Writer,
 )
+from headrace.transport.guarantees import BROKER_GUARANTEES, guarantees_of
 
 __all__ = [
+    "BROKER_GUARANTEES",
     "Delivered",
     "DeliveryError",
+    "Guarantees",
     "Headers",
     "Partition",
     "Reader",
@@ -35,6 +39,7 @@ __all__ = [
     "TransportError",
     "UnsupportedClientError",
     "Writer",
+    "guarantees_of",
     "open_transport",
 ]
 

@@ -64,6 +64,25 @@ class Record:
 
 
 @dataclass(frozen=True, slots=True)
+class Guarantees:
+    """What a transport's broker promises. Where it does not, the pipeline compensates, and
+    every compensation asks one of these, never which broker it is:
+
+    - ``loses_acked_records``: an acknowledged record may still vanish (tansu has lost some).
+      Then clients produce an unanswered request again (``producers.resend``), a writer
+      reads its records back where the broker said they landed before it trusts them
+      (``transport.kafka.delivery``), and a worker reads a reply back before it takes a
+      request the ledger has as answered for answered (``workers.claims.lost_replies``).
+    - ``contiguous_offsets``: a partition's offsets have no gaps (no transactional
+      producer writes to it). Then a gap in what a poll returns means records the client
+      skipped: the dispatcher reads them again (``dispatcher.records``).
+    """
+
+    loses_acked_records: bool = False
+    contiguous_offsets: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """Where an acknowledged record landed."""
 
@@ -153,6 +172,8 @@ class Writer(Protocol):
 
 
 class Transport(Protocol):
+    guarantees: Guarantees  # what its broker promises (and what it does not)
+
     def reader(
         self,
         group_id: str | None = None,

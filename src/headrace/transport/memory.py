@@ -21,6 +21,7 @@ from typing import Any
 from headrace.transport.base import (
     Delivered,
     DeliveryError,
+    Guarantees,
     Headers,
     Partition,
     Rebalance,
@@ -262,8 +263,13 @@ class MemoryWriter:
 
 
 class MemoryTransport:
-    def __init__(self, broker: MemoryBroker | None = None) -> None:
+    def __init__(
+        self, broker: MemoryBroker | None = None, guarantees: Guarantees | None = None
+    ) -> None:
+        """``guarantees``: what it claims of itself (it loses nothing, and its offsets have
+        no gaps); a test of a compensation says it loses records to turn that on."""
         self.broker = broker or MemoryBroker()
+        self.guarantees = guarantees or Guarantees()
 
     def reader(
         self,

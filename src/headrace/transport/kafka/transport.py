@@ -1,10 +1,12 @@
 """The kafka-python transport (the default): readers, writers, topic admin and scans on
 kafka-python 3.0.12, with every client and broker workaround in this package.
 
-``broker_flavor`` says which broker is on the other side. ``tansu`` (the local stack's)
-turns on what only tansu needs: fetch waits that follow the owner's hints, the stalled-fetch
-watch and group rejoin in readers, and reading a partition back after an acknowledgement
-without an offset in writers. ``kafka`` (Apache Kafka) turns them off.
+``broker_flavor`` says which broker is on the other side, and so what it guarantees
+(``guarantees``, from ``headrace.transport.BROKER_GUARANTEES``: tansu may lose an
+acknowledged record, Apache Kafka does not). ``tansu`` (the local stack's) also turns on
+what only its fetches need: fetch waits that follow the owner's hints, the stalled-fetch
+watch and group rejoin in readers; a writer reads a partition back after an
+acknowledgement without an offset where records may be lost. ``kafka`` turns them off.
 
 The kafka-python workarounds (``fixes``, ``diagnostics``, ``clients.set_fetch_wait``) reach
 into that client's internals, so the version is checked when a transport opens: another
@@ -27,6 +29,7 @@ from headrace.transport.base import (
     TransportError,
     UnsupportedClientError,
 )
+from headrace.transport.guarantees import guarantees_of
 from headrace.transport.kafka import clients
 from headrace.transport.kafka.delivery import ReliableProducer
 from headrace.transport.kafka.reader import KafkaReader
@@ -49,7 +52,7 @@ class KafkaTransport:
     def __init__(self, settings: Settings) -> None:
         check_client_version()
         self.settings = settings
-        self.tansu = settings.broker_flavor == "tansu"
+        self.guarantees = guarantees_of(settings)
         self._admin: KafkaAdminClient | None = None  # for list_topics, opened on first use
 
     def reader(
@@ -74,7 +77,7 @@ class KafkaTransport:
         return ReliableProducer(
             lambda: clients.producer(settings, **overrides),
             delivery_timeout_s,
-            readback=readback if self.tansu else None,
+            readback=readback if self.guarantees.loses_acked_records else None,
         )
 
     def list_topics(self) -> set[str]:
