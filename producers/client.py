@@ -192,7 +192,15 @@ class Client(GenerationMixin):
             self._bounded(i, text, limit, cut, keep_end=generation is not None)
             for i, text in enumerate(texts)
         ]
-        counts = count_with(tokenizer_of(spec, self.settings), texts)
+        tokenizer = tokenizer_of(spec, self.settings)
+        if generation is not None and generation.logit_bias:
+            vocab = tokenizer.get_vocab_size()
+            bad = next((t for t, _ in generation.logit_bias if t >= vocab), None)
+            if bad is not None:
+                raise InvalidRequestError(
+                    f"logit_bias: token id {bad} is not in {model}'s vocabulary (0..{vocab - 1})"
+                )
+        counts = count_with(tokenizer, texts)
         now = datetime.now(UTC)
         deadline = now + timedelta(seconds=timeout_s) if timeout_s is not None else None
         params: EmbedParams | GenerateParams = generation or EmbedParams(

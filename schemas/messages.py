@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -54,9 +55,18 @@ class EmbedParams(_Message):
     normalize: bool = True  # L2-normalise the pooled embedding
 
 
+TokenBias = tuple[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=-100.0, le=100.0)]]
+
+
 class GenerateParams(_Message):
     """Sampling parameters of a generation request. ``temperature`` 0 is greedy decoding
-    (deterministic); otherwise ``seed`` makes sampling repeatable, whatever the batch-mates."""
+    (deterministic); otherwise ``seed`` makes sampling repeatable, whatever the batch-mates.
+
+    ``presence_penalty``, ``frequency_penalty`` and ``logit_bias`` are OpenAI's: before a
+    token is chosen, each token's logit gets its bias added and, per time it was generated
+    so far in this row, ``frequency_penalty`` taken off, plus ``presence_penalty`` once if
+    it was generated at all. ``logit_bias`` travels as (token id, bias) pairs, sorted (a
+    mapping is accepted)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -69,6 +79,23 @@ class GenerateParams(_Message):
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stream: bool = False  # send ordered deltas before the final reply
     truncate: bool = False  # keep the end of a prompt past the model's context
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: tuple[TokenBias, ...] = Field(default=(), max_length=300)
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        """OpenAI's ``{"token id": bias}`` as sorted pairs; one id once."""
+        if isinstance(value, dict):
+            try:
+                value = sorted((int(k), v) for k, v in value.items())
+            except ValueError as exc:
+                raise ValueError("logit_bias keys are token ids (integers)") from exc
+        ids = [pair[0] for pair in value] if isinstance(value, list | tuple) else []
+        if len(set(ids)) != len(ids):
+            raise ValueError("logit_bias names a token id twice")
+        return value
 
 
 class CacheDirective(_Message):

@@ -24,9 +24,6 @@ CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
     "n": (1, 3),
     "logprobs": (False, True),
     "top_logprobs": (0, 5),
-    "presence_penalty": (0, 0.5),
-    "frequency_penalty": (0.0, -1),
-    "logit_bias": ({}, {"50256": -100}),
     "response_format": ({"type": "text"}, {"type": "json_object"}),
     "tools": ([], [{"type": "function", "function": {"name": "f"}}]),
     "tool_choice": ("none", "auto"),
@@ -47,8 +44,6 @@ COMPLETION_FIELDS: dict[str, tuple[Any, Any]] = {
     "echo": (False, True),
     "suffix": (None, " end"),
     "logprobs": (None, 2),
-    "presence_penalty": (0, 1.0),
-    "logit_bias": ({}, {"1": 5}),
 }
 
 
@@ -94,6 +89,22 @@ def test_a_field_openai_does_not_have_is_refused_and_served_fields_pass() -> Non
         }
     )
     assert body.include_usage and body.params()["max_tokens"] == 5
+
+
+def test_penalties_and_logit_bias_are_served_within_openai_s_ranges() -> None:
+    body = CompletionCreate.model_validate(
+        {**PROMPT, "presence_penalty": -1.5, "frequency_penalty": 2, "logit_bias": {"50": -100}}
+    )
+    params = body.params()
+    assert (params["presence_penalty"], params["frequency_penalty"]) == (-1.5, 2)
+    assert params["logit_bias"] == {"50": -100}
+    for field, value in (
+        ("presence_penalty", 2.5),
+        ("frequency_penalty", -3),
+        ("logit_bias", {"50": 101}),
+        ("logit_bias", {"fifty": 1}),
+    ):
+        assert refused_field(CompletionCreate, {**PROMPT, field: value}) == field
 
 
 def test_stream_options_need_a_stream() -> None:

@@ -12,7 +12,7 @@ import pytest
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.producers.client import Client
-from headrace.schemas.errors import BackpressureError, ReplyTimeoutError
+from headrace.schemas.errors import BackpressureError, InvalidRequestError, ReplyTimeoutError
 from headrace.schemas.messages import Control, EmbeddingResult, Reply, Request
 from headrace.schemas.signing import control_signature, request_signature
 from headrace.schemas.topics import Topics
@@ -184,3 +184,15 @@ def test_tenant_views_share_one_listener_and_keep_their_own_name_key_and_slots(
         third = globex.submit("globex again")
         answer(transport, third.request)
         assert third.result(5).tenant == "globex"
+
+
+def test_a_logit_bias_on_a_token_the_model_has_not_is_refused_before_it_is_sent() -> None:
+    transport = MemoryTransport()
+    with Client(Settings(topic_prefix="c"), transport=transport) as client:
+        with pytest.raises(InvalidRequestError, match="logit_bias: token id 99999999"):
+            client.submit_generation("hi", model=LM, logit_bias={"99999999": 5})
+        client.submit_generation("hi", model=LM, logit_bias={"5": 5}, presence_penalty=1)
+    [request] = [
+        r for t in transport.list_topics() if ".requests." in t for r in requests_on(transport, t)
+    ]
+    assert request.params.logit_bias == ((5, 5.0),)  # type: ignore[union-attr]

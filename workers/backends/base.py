@@ -125,6 +125,15 @@ class Sampling(Protocol):
     @property
     def seed(self) -> int | None: ...
 
+    @property
+    def presence_penalty(self) -> float: ...
+
+    @property
+    def frequency_penalty(self) -> float: ...
+
+    @property
+    def logit_bias(self) -> Sequence[tuple[int, float]]: ...
+
 
 @dataclass(frozen=True)
 class FixedSampling:
@@ -136,6 +145,9 @@ class FixedSampling:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass

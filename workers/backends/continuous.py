@@ -95,8 +95,8 @@ class ContinuousDecoder:
     """``model``: a causal LM in eval mode; ``advance(row, token)`` appends a sampled token
         to a row and decides whether it finished (``GenerationBackend._advance``);
         ``new_row(params, prompt_tokens, streams)`` makes a row's state (``row.end(reason)``
-        ends it); ``choose(logits, params, seeds, steps)`` picks every row's token on the device
-    (``sampling.choose_tokens``): a step copies its tokens to the host once."""
+        ends it); ``choose(logits, params, seeds, steps, histories)`` picks every row's token
+    on the device (``sampling.choose_tokens``): a step copies its tokens to the host once."""
 
     def __init__(
         self,
@@ -105,7 +105,14 @@ class ContinuousDecoder:
         new_row: Callable[[Sampling, int, bool], Any],
         advance: Callable[[Any, int], None],
         choose: Callable[
-            [torch.Tensor, Sequence[Sampling], Sequence[int], Sequence[int]], torch.Tensor
+            [
+                torch.Tensor,
+                Sequence[Sampling],
+                Sequence[int],
+                Sequence[int],
+                Sequence[Sequence[int]],
+            ],
+            torch.Tensor,
         ],
         pad_id: int,
         device: torch.device,
@@ -342,7 +349,9 @@ class ContinuousDecoder:
         the host once (``choose``)."""
         rows = [live.row for live in lives]
         params, seeds = [r.params for r in rows], [r.seed for r in rows]
-        chosen = self._choose(logits, params, seeds, [len(r.ids) for r in rows])
+        chosen = self._choose(
+            logits, params, seeds, [len(r.ids) for r in rows], [r.ids for r in rows]
+        )
         for live, token in zip(lives, chosen.tolist(), strict=True):
             if live.row.finish is None:  # else finished at an earlier step, not yet cut out
                 self._take(live, token)

@@ -337,7 +337,9 @@ class GenerationBackend:
                     cache = _roomy(out[self._cache_arg])
                 # every row's token on the device, then one copy to the host for the step
                 steps_taken = [len(row.ids) for row in rows]
-                chosen = choose_tokens(out.logits[:, -1, :], params, seeds, steps_taken)
+                chosen = choose_tokens(
+                    out.logits[:, -1, :], params, seeds, steps_taken, [row.ids for row in rows]
+                )
                 tokens = chosen.tolist()
             passes_s += time.perf_counter() - began
             for i, row in enumerate(rows):

@@ -11,6 +11,11 @@ row at once (a seeded generator per row took a launch per row per step, a tenth 
 256-row step's CPU time on an H200), and a row draws the same tokens whatever its
 batch-mates, in static or continuous batching. The step's tokens reach the host with one
 ``tolist()``.
+
+Before the choice, rows that ask for them get OpenAI's ``logit_bias``, ``presence_penalty``
+and ``frequency_penalty`` (``adjust``): the counts of the tokens each row generated so far
+are built on the device from its history (one host-to-device copy, no wait for the host),
+only for those rows; rows that ask for none cost nothing.
 """
 
 from __future__ import annotations
@@ -55,13 +60,65 @@ def noise(
     return -torch.log(uniform)
 
 
+def adjust(
+    logits: torch.Tensor, params: Sequence[Sampling], histories: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """``logits`` with each asking row's ``logit_bias`` added and its penalties taken off
+    (``histories[k]``: the tokens row k generated so far); the same tensor where no row asks.
+    A biased token id the model has not is left out (the SDK refuses it before sending)."""
+    asking = [
+        k for k, p in enumerate(params) if p.logit_bias or p.presence_penalty or p.frequency_penalty
+    ]
+    if not asking:
+        return logits
+    device, vocab = logits.device, logits.shape[-1]
+    rows = torch.tensor(asking, device=device)
+    sub = logits.index_select(0, rows).float()
+    penalized = [
+        i for i, k in enumerate(asking) if params[k].presence_penalty or params[k].frequency_penalty
+    ]
+    if penalized:
+        longest = max(1, *(len(histories[asking[i]]) for i in penalized))
+        padded = [
+            list(histories[asking[i]]) + [vocab] * (longest - len(histories[asking[i]]))
+            for i in penalized
+        ]
+        ids = torch.tensor(padded, dtype=torch.int64, device=device)
+        counts = torch.zeros(len(penalized), vocab + 1, device=device)
+        counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=counts.dtype))
+        counts = counts[:, :vocab]
+        which = torch.tensor(penalized, device=device)
+        freq = torch.tensor([params[asking[i]].frequency_penalty for i in penalized], device=device)
+        pres = torch.tensor([params[asking[i]].presence_penalty for i in penalized], device=device)
+        taken = counts * freq[:, None] + (counts > 0).float() * pres[:, None]
+        sub.index_add_(0, which, -taken)
+    pairs = [
+        (i, token, bias)
+        for i, k in enumerate(asking)
+        for token, bias in params[k].logit_bias
+        if 0 <= token < vocab
+    ]
+    if pairs:
+        at_row = torch.tensor([i for i, _, _ in pairs], device=device)
+        at_token = torch.tensor([t for _, t, _ in pairs], device=device)
+        biases = torch.tensor([b for _, _, b in pairs], device=device)
+        sub.index_put_((at_row, at_token), biases, accumulate=True)
+    return logits.index_copy(0, rows, sub.to(logits.dtype))
+
+
 def choose_tokens(
-    logits: torch.Tensor, params: Sequence[Sampling], seeds: Sequence[int], steps: Sequence[int]
+    logits: torch.Tensor,
+    params: Sequence[Sampling],
+    seeds: Sequence[int],
+    steps: Sequence[int],
+    histories: Sequence[Sequence[int]] | None = None,
 ) -> torch.Tensor:
     """``logits`` [rows, vocab] -> the chosen token of every row, [rows], on their device
     (no host wait): argmax where ``temperature`` is 0, else a draw at that temperature from
     the smallest set of tokens reaching ``top_p``, from noise of (``seeds[k]``,
-    ``steps[k]``)."""
+    ``steps[k]``); first ``adjust`` for the rows that ask (``histories``: each row's
+    generated tokens, needed for the penalties)."""
+    logits = adjust(logits, params, histories if histories is not None else [()] * len(params))
     chosen = logits.argmax(dim=-1)
     sampled = [k for k, p in enumerate(params) if p.temperature > 0.0]
     if not sampled:

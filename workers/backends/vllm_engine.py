@@ -70,6 +70,9 @@ def sampling_kwargs(params: Sampling) -> dict[str, Any]:
         "top_p": params.top_p,
         "stop": list(params.stop),
         "seed": params.seed,
+        "presence_penalty": params.presence_penalty,
+        "frequency_penalty": params.frequency_penalty,
+        "logit_bias": dict(params.logit_bias) or None,
     }
 
 

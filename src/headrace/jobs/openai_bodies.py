@@ -11,9 +11,16 @@ OpenAI does not have is a 400 too. docs/gateway.md has the table.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
 
 from headrace.schemas.errors import InvalidRequestError
 from headrace.schemas.messages import GenerationResult
@@ -32,9 +39,6 @@ NOT_SERVED = {
     "suffix": "insertion is not served: leave suffix out",
     "logprobs": "log probabilities are not served yet: leave logprobs out",
     "top_logprobs": "log probabilities are not served yet: leave top_logprobs out",
-    "presence_penalty": "penalties are not served yet: leave presence_penalty out or 0",
-    "frequency_penalty": "penalties are not served yet: leave frequency_penalty out or 0",
-    "logit_bias": "logit_bias is not served yet: leave it out or {}",
     "response_format": "structured output is not served yet: leave response_format out or "
     '{"type": "text"}',
     "tools": "tool calls are not served yet: leave tools out or []",
@@ -83,11 +87,17 @@ class Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: (
+        dict[
+            Annotated[str, StringConstraints(pattern=r"^[0-9]{1,9}$")],
+            Annotated[float, Field(ge=-100.0, le=100.0)],
+        ]
+        | None
+    ) = Field(default=None, max_length=300)
     # accepted only at the value that asks for nothing (NOT_SERVED says why)
     n: Literal[1] | None = None
-    presence_penalty: float | None = Field(default=None, ge=0, le=0)
-    frequency_penalty: float | None = Field(default=None, ge=0, le=0)
-    logit_bias: dict[str, float] | None = Field(default=None, max_length=0)
 
     @field_validator("stream_options")
     @classmethod
@@ -112,6 +122,9 @@ class Sampling(BaseModel):
             "top_p": self.top_p,
             "stop": stop,
             "seed": self.seed,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "logit_bias": self.logit_bias or {},
         }
 
     def prompt(self) -> str:

@@ -15,7 +15,7 @@ import torch
 
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.generation import GenerationBackend
-from headrace.workers.backends.sampling import choose_tokens
+from headrace.workers.backends.sampling import adjust, choose_tokens
 from tests.tiny_model import load_test_lm
 
 HOST_COPIES = ("item", "tolist", "cpu", "numpy", "__int__", "__bool__", "__float__", "__index__")
@@ -120,3 +120,55 @@ def test_a_decode_step_copies_to_the_host_once(
     # question at every step
     assert copies <= passes + 2, (copies, passes, dict(host_copies))
     assert host_copies["tolist"] <= passes
+
+
+def test_logit_bias_and_penalties_move_only_the_rows_that_ask() -> None:
+    logits = torch.tensor([[0.0, 2.0, 1.0, 0.5], [0.0, 2.0, 1.0, 0.5], [0.0, 2.0, 1.0, 0.5]])
+    banned = GenerateParams(logit_bias={"1": -100, "3": 5.0})
+    repeats = GenerateParams(frequency_penalty=0.6, presence_penalty=0.5)
+    out = adjust(logits, [banned, GenerateParams(), repeats], [[], [1, 1], [1, 1, 2]])
+    assert out[0].tolist() == [0.0, -98.0, 1.0, 5.5]
+    assert out[1].tolist() == logits[1].tolist()  # asks for nothing: untouched
+    # token 1 twice: 2.0 - 2 * 0.6 - 0.5; token 2 once: 1.0 - 0.6 - 0.5
+    assert out[2].tolist() == pytest.approx([0.0, 0.3, -0.1, 0.5])
+    assert adjust(logits, [GenerateParams()] * 3, [[], [], []]) is logits  # nothing to do
+    chosen = choose_tokens(
+        logits, [banned, GenerateParams(), repeats], [1, 2, 3], [0, 2, 3], [[], [1, 1], [1, 1, 2]]
+    )
+    assert chosen.tolist() == [3, 1, 3]
+    assert GenerateParams(logit_bias={"9": 1.0, "10": 2.0}).logit_bias == ((9, 1.0), (10, 2.0))
+
+
+@pytest.mark.parametrize("mode", ["static", "continuous"])
+def test_a_banned_token_never_comes_and_a_forced_one_always_does(
+    backends: tuple[GenerationBackend, GenerationBackend], mode: str
+) -> None:
+    backend = backends[0] if mode == "static" else backends[1]
+    items = backend.encode([" the water runs to the wheel"] * 2, [False, False])
+    [free] = backend.generate(items[:1], [GenerateParams(max_tokens=12)])
+    assert free.token_ids, free
+    favourite = Counter(free.token_ids).most_common(1)[0][0]
+    banned = GenerateParams(max_tokens=12, logit_bias={str(favourite): -100})
+    forced = GenerateParams(max_tokens=6, logit_bias={str(favourite): 100})
+    without, only = backend.generate(items, [banned, forced])
+    assert favourite not in without.token_ids and without.token_ids
+    assert set(only.token_ids) == {favourite} and len(only.token_ids) == 6
+
+
+@pytest.mark.parametrize("mode", ["static", "continuous"])
+def test_a_frequency_penalty_makes_greedy_text_repeat_less(
+    backends: tuple[GenerationBackend, GenerationBackend], mode: str
+) -> None:
+    backend = backends[0] if mode == "static" else backends[1]
+    items = backend.encode([" the wheel turns"] * 2, [False, False])
+    plain, penalized = backend.generate(
+        items, [GenerateParams(max_tokens=24), GenerateParams(max_tokens=24, frequency_penalty=2.0)]
+    )
+
+    def most_repeated(ids: list[int]) -> int:
+        return Counter(ids).most_common(1)[0][1]
+
+    assert most_repeated(penalized.token_ids) < most_repeated(plain.token_ids), (
+        plain.token_ids,
+        penalized.token_ids,
+    )
