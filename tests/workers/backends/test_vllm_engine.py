@@ -121,6 +121,9 @@ def test_rows_run_together_and_stream_in_order(
         "top_p": 0.9,
         "stop": [],
         "seed": 4,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "logit_bias": None,
     }
     assert out[0].prompt_tokens == 2 and out[0].completion_tokens == 5
 
@@ -149,3 +152,11 @@ def test_an_engine_error_fails_the_batch(
     items = [EncodedItem(ids=[13], token_count=1), EncodedItem(ids=[1, 2], token_count=2)]
     with pytest.raises(RuntimeError, match="engine failed"):
         backend.generate(items, [GenerateParams(max_tokens=2)] * 2)
+
+
+def test_penalties_and_logit_bias_go_to_vllm_as_its_sampling_params() -> None:
+    kwargs = sampling_kwargs(
+        GenerateParams(presence_penalty=0.5, frequency_penalty=-1.0, logit_bias={"3": -100})
+    )
+    assert (kwargs["presence_penalty"], kwargs["frequency_penalty"]) == (0.5, -1.0)
+    assert kwargs["logit_bias"] == {3: -100.0}
