@@ -8,7 +8,9 @@ progress record when that runner stops renewing its lease.
   at most ``job_runners`` at once;
 - single jobs (``/v1/jobs``): ``SingleJobs``, one shared reply topic for every pool.
 
-Pools are expected to share the state directory (the jobs' spools) and the job store.
+Pools are expected to share the state directory (the jobs' spools) and the job store. Jobs
+are taken round the tenants (``fair_claim``): the oldest job of the tenant with the fewest
+running first, so one tenant's queue of jobs does not hold every slot.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import threading
 
 from headrace.config.settings import Settings
+from headrace.jobs.fair_claim import fair_order
 from headrace.jobs.lease import Halted, LeaseHeld, LeaseLost, runner_id
 from headrace.jobs.run_options import RunOptions
 from headrace.jobs.runner import JobRunner
@@ -28,6 +31,8 @@ from headrace.transport import open_transport
 log = logging.getLogger(__name__)
 
 SINGLE_CLAIMS_PER_PASS = 100
+# unfinished jobs looked at per pass to choose fairly among (oldest first)
+CANDIDATES = 500
 
 
 class RunnerPool:
@@ -83,6 +88,13 @@ class RunnerPool:
                 log.warning("runner pool pass failed", exc_info=True)
             self.stop.wait(self.settings.job_poll_s)
 
+    def _fairly(self, limit: int, kind: str) -> list[Job]:
+        """Up to ``limit`` claimable jobs of ``kind``, taken round the tenants: the oldest job
+        of the tenant with the fewest running first (``fair_claim``)."""
+        candidates = self.store.claimable(CANDIDATES, kind=kind)
+        running = self.store.running_by_tenant(kind=kind)
+        return fair_order(candidates, running, lambda job: job.tenant)[:limit]
+
     def step(self) -> None:
         """One pass: renew the leases of single jobs awaiting their reply, produce again
         those overdue, claim single jobs no runner holds, and start bulk jobs in free
@@ -93,14 +105,14 @@ class RunnerPool:
                 self.singles.submitted.pop(job_id, None)  # ended, or taken over
         for job_id in self.singles.due_again(self._resend_after_s):
             self._submit(self.store.get(job_id))
-        for job in self.store.claimable(SINGLE_CLAIMS_PER_PASS, kind=KIND):
+        for job in self._fairly(SINGLE_CLAIMS_PER_PASS, kind=KIND):
             if self.store.claim(job.id, self.owner, lease_s):
                 self._submit(job)
         self.running = {j: t for j, t in self.running.items() if t.is_alive()}
         free = self.slots - len(self.running)
         if free <= 0:
             return
-        for job in self.store.claimable(free + len(self.running), kind="batch"):
+        for job in self._fairly(CANDIDATES, kind="batch"):
             if job.id in self.running or free <= 0:
                 continue
             thread = threading.Thread(

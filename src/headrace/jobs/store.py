@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    func,
     select,
     update,
 )
@@ -237,6 +238,24 @@ class JobStore:
             query = query.where(Job.kind == kind)
         with Session(self.engine, expire_on_commit=False) as s:
             return list(s.scalars(query))
+
+    def running_by_tenant(self, kind: str | None = None) -> dict[str, int]:
+        """Unfinished jobs a runner holds (its lease not run out), per tenant."""
+        now = datetime.now(UTC)
+        done = [st.value for st in FINAL]
+        query = (
+            select(Job.tenant, func.count())
+            .where(
+                Job.status.not_in(done),
+                Job.lease_owner.is_not(None),
+                Job.lease_expires_at >= now,
+            )
+            .group_by(Job.tenant)
+        )
+        if kind is not None:
+            query = query.where(Job.kind == kind)
+        with Session(self.engine) as s:
+            return {tenant: int(count) for tenant, count in s.execute(query)}
 
     def _lease_update(
         self, job_id: str, condition: ColumnElement[bool], owner: str, until: datetime
