@@ -275,7 +275,6 @@ def test_a_parameter_not_served_is_a_400_naming_it_never_dropped(
     url, keys = gateway
     sdk = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0)
     asks: list[tuple[str, dict[str, object]]] = [
-        ("n", {"n": 3}),
         ("logprobs", {"logprobs": True, "top_logprobs": 2}),
         ("response_format", {"response_format": {"type": "json_object"}}),
         ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}),
@@ -317,4 +316,56 @@ def test_a_parameter_not_served_is_a_400_naming_it_never_dropped(
     chunks = list(served)
     assert chunks[-1].choices == [] and chunks[-1].usage is not None  # OpenAI's usage chunk
     assert 0 < chunks[-1].usage.completion_tokens <= 4
+    sdk.close()
+
+
+def test_n_choices_plain_and_streamed_with_the_official_sdk(
+    gateway: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = gateway
+    sdk = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0)
+    greedy = sdk.chat.completions.create(
+        model=tiny_lm.NAME,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_completion_tokens=5,
+        temperature=0,
+        n=3,
+    )
+    assert [c.index for c in greedy.choices] == [0, 1, 2]
+    texts = {c.message.content for c in greedy.choices}
+    assert len(texts) == 1 and texts != {""}  # greedy: three times the same answer
+    assert greedy.usage is not None and greedy.usage.completion_tokens <= 15
+    one = sdk.chat.completions.create(
+        model=tiny_lm.NAME,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_completion_tokens=5,
+        temperature=0,
+    )
+    assert greedy.usage.prompt_tokens == one.usage.prompt_tokens  # type: ignore[union-attr]
+    sampled = sdk.completions.create(
+        model=tiny_lm.NAME, prompt="The headrace", max_tokens=8, temperature=1.5, seed=3, n=4
+    )
+    assert len({c.text for c in sampled.choices}) > 1  # seeds 3..6: the choices differ
+
+    stream = sdk.chat.completions.create(
+        model=tiny_lm.NAME,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_completion_tokens=5,
+        temperature=0,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    pieces: dict[int, str] = {0: "", 1: ""}
+    finished: set[int] = set()
+    chunks = list(stream)
+    for chunk in chunks:
+        for choice in chunk.choices:
+            pieces[choice.index] += choice.delta.content or ""
+            if choice.finish_reason is not None:
+                finished.add(choice.index)
+    assert finished == {0, 1}
+    assert pieces[0] == pieces[1] == one.choices[0].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 2 * (one.usage.completion_tokens)  # type: ignore[union-attr]
     sdk.close()

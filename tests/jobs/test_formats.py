@@ -144,7 +144,7 @@ def test_a_batch_line_asking_for_what_is_not_served_is_invalid_naming_the_field(
         assert isinstance(parsed, Invalid) and field in parsed.reason, (raw, parsed)
     [n_line] = [raw for raw, field in cases.items() if field == "n: "]
     n_reason = parse_line(n_line, 1, "openai", chat)
-    assert isinstance(n_reason, Invalid) and "one choice per request" in n_reason.reason
+    assert isinstance(n_reason, Invalid) and "one choice per line" in n_reason.reason
     embed = parse_line(openai("d", {"model": "m", "input": "x", "dimensions": 8}), 2, "openai")
     assert isinstance(embed, Invalid) and "dimensions" in embed.reason
     user = parse_line(openai("e", {"model": "m", "input": "x", "user": "u"}), 3, "openai")

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from headrace.jobs.openai_bodies import (
+    MAX_N,
     NOT_SERVED,
     ChatCompletionCreate,
     CompletionCreate,
@@ -21,7 +22,6 @@ PROMPT = {"model": "lm", "prompt": "hi"}
 
 # field: (a value that asks for nothing, one that asks for something not served)
 CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
-    "n": (1, 3),
     "logprobs": (False, True),
     "top_logprobs": (0, 5),
     "response_format": ({"type": "text"}, {"type": "json_object"}),
@@ -39,7 +39,6 @@ CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
     "service_tier": ("default", "flex"),
 }
 COMPLETION_FIELDS: dict[str, tuple[Any, Any]] = {
-    "n": (1, 2),
     "best_of": (1, 3),
     "echo": (False, True),
     "suffix": (None, " end"),
@@ -105,6 +104,15 @@ def test_penalties_and_logit_bias_are_served_within_openai_s_ranges() -> None:
         ("logit_bias", {"fifty": 1}),
     ):
         assert refused_field(CompletionCreate, {**PROMPT, field: value}) == field
+
+
+def test_n_choices_count_their_seeds_up_and_are_bounded() -> None:
+    seeded = CompletionCreate.model_validate({**PROMPT, "n": 3, "seed": 7, "temperature": 1})
+    assert [p["seed"] for p in seeded.choice_params()] == [7, 8, 9]
+    unseeded = ChatCompletionCreate.model_validate({**CHAT, "n": 2})
+    assert [p["seed"] for p in unseeded.choice_params()] == [None, None]  # each from its id
+    assert refused_field(ChatCompletionCreate, {**CHAT, "n": MAX_N + 1}) == "n"
+    assert refused_field(ChatCompletionCreate, {**CHAT, "n": 0}) == "n"
 
 
 def test_stream_options_need_a_stream() -> None:

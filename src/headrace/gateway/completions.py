@@ -24,6 +24,7 @@ from headrace.jobs.openai_bodies import (
     Sampling,
     generation_body,
     usage_of,
+    usage_of_all,
 )
 from headrace.producers.client import Client
 from headrace.schemas.errors import HeadraceError, InvalidRequestError
@@ -42,46 +43,68 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
 
     async def run(
         tenant: str, prompt: str, body: Sampling
-    ) -> tuple[str, GenerationResult | AsyncIterator[str | GenerationResult]]:
+    ) -> tuple[str, list[GenerationResult] | AsyncIterator[Indexed]]:
+        """The ``n`` choices of ``prompt``: one pipeline request each (ids ``<rid>`` for one
+        choice, ``<rid>-<i>`` for several), their results in order, or their events merged
+        as they come, each with its choice's index."""
         client = client_for(tenant)
         rid = uuid.uuid4().hex
+        rids = [rid] if body.n == 1 else [f"{rid}-{i}" for i in range(body.n)]
+        calls = list(zip(rids, body.choice_params(), strict=True))
+        streams: list[AsyncIterator[str | GenerationResult]] = []
         try:
             if body.stream:
-                events = client.stream_events(
-                    prompt, model=body.model, wait_s=WAIT_S, request_id=rid, **body.params()
+                for request_id, params in calls:
+                    streams.append(
+                        client.stream_events(
+                            prompt, model=body.model, wait_s=WAIT_S, request_id=request_id, **params
+                        )
+                    )
+                # errors before any output surface as HTTP
+                firsts = await asyncio.gather(*(anext(events) for events in streams))
+                return rid, _merged(
+                    [_prepend(f, events) for f, events in zip(firsts, streams, strict=True)]
                 )
-                first = await anext(events)  # errors before any output surface as HTTP
-                return rid, _prepend(first, events)
-            result = await asyncio.to_thread(
-                client.generate,
-                prompt,
-                model=body.model,
-                wait_s=WAIT_S,
-                request_id=rid,
-                **body.params(),
+            results = await asyncio.gather(
+                *(
+                    asyncio.to_thread(
+                        client.generate,
+                        prompt,
+                        model=body.model,
+                        wait_s=WAIT_S,
+                        request_id=request_id,
+                        **params,
+                    )
+                    for request_id, params in calls
+                )
             )
-            return rid, result
+            return rid, list(results)
         except (HeadraceError, ValueError, TimeoutError) as exc:
+            for events in streams:  # the choices that did start: cancelled, slots freed
+                await _close(events)
             raise api_error(exc) from exc
 
     @router.post("/v1/completions")
     async def completions(tenant: Tenant, body: CompletionCreate) -> Any:
         rid, out = await run(tenant, body.prompt(), body)
         head = {"id": f"cmpl-{rid}", "created": int(time.time()), "model": body.model}
-        if isinstance(out, GenerationResult):
+        if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=False)
 
         async def events() -> AsyncIterator[bytes]:
-            async for event in _closing(out):
-                chunk = {**head, "object": "text_completion"}
+            chunk = {**head, "object": "text_completion"}
+            ended: list[GenerationResult] = []
+            async for index, event in _closing_merged(out):
                 if isinstance(event, str):
-                    choice = {"text": event, "index": 0, "finish_reason": None}
+                    choice = {"text": event, "index": index, "finish_reason": None}
                     yield _sse({**chunk, "choices": [choice]})
                 else:
-                    choice = {"text": "", "index": 0, "finish_reason": event.finish_reason}
-                    yield _sse({**chunk, "choices": [choice], "usage": usage_of(event)})
-                    if body.include_usage:
-                        yield _sse({**chunk, "choices": [], "usage": usage_of(event)})
+                    ended.append(event)
+                    choice = {"text": "", "index": index, "finish_reason": event.finish_reason}
+                    usage = {"usage": usage_of(event)} if body.n == 1 else {}
+                    yield _sse({**chunk, "choices": [choice], **usage})
+            if body.include_usage and ended:  # OpenAI's last chunk: no choices, the usage
+                yield _sse({**chunk, "choices": [], "usage": usage_of_all(ended)})
             yield _sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -94,27 +117,89 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
             raise api_error(exc) from exc
         rid, out = await run(tenant, prompt, body)
         head = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": body.model}
-        if isinstance(out, GenerationResult):
+        if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=True)
 
         async def events() -> AsyncIterator[bytes]:
             chunk = {**head, "object": "chat.completion.chunk"}
-            role = {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
-            yield _sse({**chunk, "choices": [role]})
-            async for event in _closing(out):
+            for index in range(body.n):
+                role = {"index": index, "delta": {"role": "assistant"}, "finish_reason": None}
+                yield _sse({**chunk, "choices": [role]})
+            ended: list[GenerationResult] = []
+            async for index, event in _closing_merged(out):
                 if isinstance(event, str):
-                    piece = {"index": 0, "delta": {"content": event}, "finish_reason": None}
+                    piece = {"index": index, "delta": {"content": event}, "finish_reason": None}
                     yield _sse({**chunk, "choices": [piece]})
                 else:
-                    end = {"index": 0, "delta": {}, "finish_reason": event.finish_reason}
-                    yield _sse({**chunk, "choices": [end], "usage": usage_of(event)})
-                    if body.include_usage:  # OpenAI's last chunk: no choices, the usage
-                        yield _sse({**chunk, "choices": [], "usage": usage_of(event)})
+                    ended.append(event)
+                    end = {"index": index, "delta": {}, "finish_reason": event.finish_reason}
+                    usage = {"usage": usage_of(event)} if body.n == 1 else {}
+                    yield _sse({**chunk, "choices": [end], **usage})
+            if body.include_usage and ended:  # OpenAI's last chunk: no choices, the usage
+                yield _sse({**chunk, "choices": [], "usage": usage_of_all(ended)})
             yield _sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return router
+
+
+Indexed = tuple[int, str | GenerationResult]
+
+
+async def _close(events: AsyncIterator[Any]) -> None:
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def _merged(streams: list[AsyncIterator[str | GenerationResult]]) -> AsyncIterator[Indexed]:
+    """The events of every stream as they come, each with its stream's index; an error in
+    one ends them all (the rest are closed: their requests cancelled)."""
+    if len(streams) == 1:
+        try:
+            async for event in streams[0]:
+                yield 0, event
+        finally:
+            await _close(streams[0])
+        return
+    queue: asyncio.Queue[tuple[int, str | GenerationResult | None, BaseException | None]]
+    queue = asyncio.Queue()
+
+    async def pump(index: int, events: AsyncIterator[str | GenerationResult]) -> None:
+        try:
+            async for event in events:
+                await queue.put((index, event, None))
+            await queue.put((index, None, None))
+        except Exception as exc:  # handed to the reader, who raises it
+            await queue.put((index, None, exc))
+
+    tasks = [asyncio.create_task(pump(i, events)) for i, events in enumerate(streams)]
+    try:
+        left = len(streams)
+        while left:
+            index, got, error = await queue.get()
+            if error is not None:
+                raise error
+            if got is None:
+                left -= 1
+                continue
+            yield index, got
+    finally:
+        for task in tasks:
+            task.cancel()
+        for events in streams:
+            await _close(events)
+
+
+async def _closing_merged(events: AsyncIterator[Indexed]) -> AsyncIterator[Indexed]:
+    """``events``, closed as soon as this is (a client that disconnects cancels every
+    choice's request at once)."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        await _close(events)
 
 
 async def _closing(
@@ -127,9 +212,7 @@ async def _closing(
         async for event in events:
             yield event
     finally:
-        close = getattr(events, "aclose", None)
-        if close is not None:
-            await close()
+        await _close(events)
 
 
 async def _prepend(

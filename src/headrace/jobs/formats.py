@@ -120,6 +120,8 @@ def _parse_generation(item: InputLine, line: int) -> Work | Invalid:
     kind = CompletionCreate if item.url == COMPLETIONS_URL else ChatCompletionCreate
     try:
         body = kind.model_validate(item.body)
+        if body.n != 1:
+            return Invalid(line, item.custom_id, "body.n: one choice per line (batch files, jobs)")
         prompt = body.prompt()
         params = GenerateParams(**body.params())
     except (ValidationError, InvalidRequestError) as exc:

@@ -11,6 +11,7 @@ OpenAI does not have is a 400 too. docs/gateway.md has the table.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -31,9 +32,10 @@ COMPLETIONS_URL = "/v1/completions"
 CHAT_URL = "/v1/chat/completions"
 
 
+MAX_N = 16  # choices of one call
+
 # Why a field is served only at its value that asks for nothing: added to its 400's message.
 NOT_SERVED = {
-    "n": "one choice per request is served: leave n out or 1",
     "best_of": "leave best_of out or 1",
     "echo": "the prompt is not echoed: leave echo out or false",
     "suffix": "insertion is not served: leave suffix out",
@@ -96,8 +98,8 @@ class Sampling(BaseModel):
         ]
         | None
     ) = Field(default=None, max_length=300)
+    n: int = Field(default=1, ge=1, le=MAX_N)  # choices: one pipeline request each
     # accepted only at the value that asks for nothing (NOT_SERVED says why)
-    n: Literal[1] | None = None
 
     @field_validator("stream_options")
     @classmethod
@@ -126,6 +128,15 @@ class Sampling(BaseModel):
             "frequency_penalty": self.frequency_penalty,
             "logit_bias": self.logit_bias or {},
         }
+
+    def choice_params(self) -> list[dict[str, Any]]:
+        """``params`` for each of the ``n`` choices: a given ``seed`` counts up from choice
+        to choice (else each is seeded from its own request id), so the choices differ
+        unless decoding is greedy."""
+        base = self.params()
+        if self.seed is None:
+            return [base] * self.n
+        return [{**base, "seed": (self.seed + i) % 2**63} for i in range(self.n)]
 
     def prompt(self) -> str:
         raise NotImplementedError
@@ -194,24 +205,45 @@ def usage_of(result: GenerationResult) -> dict[str, int]:
     }
 
 
+def usage_of_all(results: Sequence[GenerationResult]) -> dict[str, int]:
+    """The usage of ``n`` choices of one prompt: the prompt once, every choice's tokens."""
+    prompt = results[0].usage.prompt_tokens
+    completion = sum(r.usage.completion_tokens for r in results)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
 def generation_body(
-    request_id: str, model: str, result: GenerationResult, *, chat: bool
+    request_id: str,
+    model: str,
+    result: GenerationResult | Sequence[GenerationResult],
+    *,
+    chat: bool,
 ) -> dict[str, Any]:
-    """The response body of a completion (``text_completion``) or a chat completion."""
-    head = {"created": int(time.time()), "model": model, "usage": usage_of(result)}
+    """The response body of a completion (``text_completion``) or a chat completion; one
+    choice per result, in order (``n``)."""
+    results = [result] if isinstance(result, GenerationResult) else list(result)
+    head = {"created": int(time.time()), "model": model, "usage": usage_of_all(results)}
     if chat:
-        message = {"role": "assistant", "content": result.text}
-        choice = {"index": 0, "message": message, "finish_reason": result.finish_reason}
+        choices: list[dict[str, Any]] = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": r.text},
+                "finish_reason": r.finish_reason,
+            }
+            for i, r in enumerate(results)
+        ]
         return {
             "id": f"chatcmpl-{request_id}",
             "object": "chat.completion",
             **head,
-            "choices": [choice],
+            "choices": choices,
         }
-    choice = {
-        "text": result.text,
-        "index": 0,
-        "logprobs": None,
-        "finish_reason": result.finish_reason,
-    }
-    return {"id": f"cmpl-{request_id}", "object": "text_completion", **head, "choices": [choice]}
+    choices = [
+        {"text": r.text, "index": i, "logprobs": None, "finish_reason": r.finish_reason}
+        for i, r in enumerate(results)
+    ]
+    return {"id": f"cmpl-{request_id}", "object": "text_completion", **head, "choices": choices}
