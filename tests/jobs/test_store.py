@@ -3,12 +3,14 @@ migrations applied, lifecycle enforced, tenants kept apart."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
+from headrace.jobs.pool import remove_expired_files
 from headrace.jobs.store import JobNotFound, JobStore
 from headrace.schemas.tenants import TenantNameError
 from headrace.sql import newest_revision
@@ -134,3 +136,29 @@ def test_api_keys_name_valid_tenants_expire_list_and_revoke(store_url: str) -> N
     assert store.tenant_of_key(key) is None
     assert store.revoke_api_key(later) == 1 and store.tenant_of_key(later) is None
     assert store.revoke_api_key("abc") == 0  # too short to name one key
+
+
+def test_files_expire_and_tenants_files_bytes_and_open_jobs_are_counted(
+    store_url: str, tmp_path: Path
+) -> None:
+    store = JobStore(store_url)
+    content = tmp_path / "in.jsonl"
+    content.write_bytes(b"x" * 100)
+    kept = store.add_file("t1", "batch", "kept.jsonl", str(content))
+    brief_path = tmp_path / "brief.jsonl"
+    brief_path.write_bytes(b"y" * 10)
+    brief = store.add_file("t1", "batch", "brief.jsonl", str(brief_path), expires_after_s=0.05)
+    assert brief.expires_at is not None and kept.expires_at is None
+    assert store.file_totals("t1") == (2, 110) and store.file_totals("t2") == (0, 0)
+    time.sleep(0.1)
+    with pytest.raises(JobNotFound):
+        store.get_file(brief.id, "t1")  # gone for its tenant once expired
+    assert [f.id for f in store.list_files("t1")] == [kept.id]
+    assert store.file_totals("t1") == (1, 100)
+    assert [f.id for f in store.expired_files()] == [brief.id]
+    assert remove_expired_files(store) == 1
+    assert not brief_path.exists() and content.exists() and store.expired_files() == []
+    make(store, tenant="t1")
+    ended = make(store, tenant="t1")
+    store.move(ended, JobStatus.failed, "gone")
+    assert store.open_jobs("t1") == 1 and store.open_jobs("t2") == 0

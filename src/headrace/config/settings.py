@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     tracing_exporter: Literal["none", "otlp"] = "none"
     # The gateway's largest upload (POST /v1/files): OpenAI's limit for a batch input file.
     max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
+    # What one tenant may hold at the gateway (0: no cap): files and their bytes (uploads
+    # and job outputs, expired ones not counted), and jobs not yet ended. Past a cap a new
+    # upload or job is answered 429 naming the cap; deleting files, or jobs ending, frees it.
+    tenant_max_files: int = Field(default=10_000, ge=0)
+    tenant_max_file_bytes: int = Field(default=100 * 1024**3, ge=0)
+    tenant_max_open_jobs: int = Field(default=1_000, ge=0)
     # The largest body of any other gateway route (JSON): refused 413 before it is read.
     # 2,048 embedding inputs of ~4 KB each fit; a bigger body is no OpenAI request.
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from headrace.config.settings import Settings
 from headrace.gateway.api import ApiError, Tenant
+from headrace.gateway.caps import check_open_jobs
 from headrace.gateway.files_api import list_page, owned_file, unix
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
@@ -119,6 +120,7 @@ def batches_router(settings: Settings, store: JobStore) -> APIRouter:
     @router.post("/v1/batches")
     def create_batch(tenant: Tenant, body: BatchCreate) -> dict[str, Any]:
         source = owned_file(store, body.input_file_id, tenant)
+        check_open_jobs(store, settings, tenant)
         if source.purpose != "batch":
             message = f"{source.id} has purpose {source.purpose!r}; a batch reads 'batch' files"
             raise ApiError(400, message, "invalid_value", param="input_file_id")

@@ -1,4 +1,7 @@
-"""``/v1/files`` as OpenAI serves it: upload (purpose ``batch``, at most ``max_file_bytes``),
+"""``/v1/files`` as OpenAI serves it: upload (purpose ``batch``, at most ``max_file_bytes``,
+``expires_after`` {anchor created_at, seconds 3600 to 30 days}: then it is gone, and a runner
+pool removes it; a tenant's files and bytes capped by ``tenant_max_files`` and
+``tenant_max_file_bytes``),
 list (``purpose`` filter, ``after`` cursor, ``limit``, ``order``), retrieve, content, delete
 (the content goes with it: later reads are 404; a file an unfinished batch still reads is
 409). A tenant sees only its own files."""
@@ -21,6 +24,7 @@ from headrace.jobs.store import File as FileRecord
 from headrace.jobs.store import JobNotFound, JobStore
 
 UPLOAD_PURPOSES = ("batch",)  # what a user may upload; "batch_output" is written by jobs
+MIN_EXPIRY_S, MAX_EXPIRY_S = 3600, 30 * 24 * 3600  # OpenAI's bounds of expires_after
 CHUNK = 1 << 20
 
 
@@ -38,7 +42,7 @@ def file_object(record: FileRecord) -> dict[str, Any]:
         "purpose": record.purpose,
         "status": "processed",
         "status_details": None,
-        "expires_at": None,
+        "expires_at": unix(record.expires_at),
     }
 
 
@@ -67,11 +71,28 @@ def files_router(settings: Settings, store: JobStore) -> APIRouter:
 
     @router.post("/v1/files")
     def upload(
-        tenant: Tenant, file: Annotated[UploadFile, File()], purpose: Annotated[str, Form()]
+        tenant: Tenant,
+        file: Annotated[UploadFile, File()],
+        purpose: Annotated[str, Form()],
+        expires_anchor: Annotated[
+            Literal["created_at"] | None, Form(alias="expires_after[anchor]")
+        ] = None,
+        expires_seconds: Annotated[
+            int | None, Form(alias="expires_after[seconds]", ge=MIN_EXPIRY_S, le=MAX_EXPIRY_S)
+        ] = None,
     ) -> dict[str, Any]:
         if purpose not in UPLOAD_PURPOSES:
             message = f"purpose {purpose!r} is not supported; use one of {list(UPLOAD_PURPOSES)}"
             raise ApiError(400, message, "invalid_value", param="purpose")
+        if (expires_anchor is None) != (expires_seconds is None):
+            message = "expires_after needs both anchor (created_at) and seconds"
+            raise ApiError(400, message, "invalid_value", param="expires_after")
+        held, held_bytes = store.file_totals(tenant)
+        if settings.tenant_max_files and held >= settings.tenant_max_files:
+            message = (
+                f"this tenant holds {held} files, its cap (tenant_max_files); delete some first"
+            )
+            raise ApiError(429, message, "files_limit_exceeded", param="file")
         files_dir.mkdir(parents=True, exist_ok=True)
         target = files_dir / f"upload-{uuid.uuid4().hex}.jsonl"
         size = 0
@@ -91,7 +112,17 @@ def files_router(settings: Settings, store: JobStore) -> APIRouter:
                 raise
             message = "no space left on the gateway's disk for the upload; try again later"
             raise ApiError(507, message, "disk_full", param="file") from exc
-        record = store.add_file(tenant, purpose, file.filename or "upload.jsonl", str(target))
+        cap = settings.tenant_max_file_bytes
+        if cap and held_bytes + size > cap:
+            target.unlink(missing_ok=True)
+            message = (
+                f"this tenant's files would take {held_bytes + size} bytes, past its cap of "
+                f"{cap} (tenant_max_file_bytes); delete some first"
+            )
+            raise ApiError(429, message, "storage_limit_exceeded", param="file")
+        record = store.add_file(
+            tenant, purpose, file.filename or "upload.jsonl", str(target), expires_seconds
+        )
         return file_object(record)
 
     @router.get("/v1/files")

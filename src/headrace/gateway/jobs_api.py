@@ -14,6 +14,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 from headrace.config.settings import Settings
 from headrace.gateway.api import ApiError, Tenant
 from headrace.gateway.batches_api import owned_job
+from headrace.gateway.caps import check_open_jobs
 from headrace.jobs.formats import Invalid, parse_line
 from headrace.jobs.launch import new_job
 from headrace.jobs.single import KIND, job_object
@@ -62,6 +63,7 @@ def jobs_router(settings: Settings, store: JobStore) -> APIRouter:
         parsed = parse_line(line, 1, "openai", url)
         if isinstance(parsed, Invalid):
             raise ApiError(400, parsed.reason, "invalid_value")
+        check_open_jobs(store, settings, tenant)
         metadata: dict[str, str] = dict(body.metadata or {})
         if body.webhook_url is not None:
             try:

@@ -15,11 +15,15 @@ running first, so one tenant's queue of jobs does not hold every slot.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
+from pathlib import Path
 
 from headrace.config.settings import Settings
 from headrace.jobs.fair_claim import fair_order
+from headrace.jobs.files import is_s3
 from headrace.jobs.lease import Halted, LeaseHeld, LeaseLost, runner_id
 from headrace.jobs.run_options import RunOptions
 from headrace.jobs.runner import JobRunner
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 SINGLE_CLAIMS_PER_PASS = 100
 # unfinished jobs looked at per pass to choose fairly among (oldest first)
 CANDIDATES = 500
+SWEEP_EVERY_S = 30.0  # expired files removed this often
 
 
 class RunnerPool:
@@ -62,6 +67,7 @@ class RunnerPool:
             else None
         )
         self._threads: list[threading.Thread] = []
+        self._swept = -SWEEP_EVERY_S
 
     def start(self) -> RunnerPool:
         for name, target in (("claim", self._claiming), ("collect", self._collecting)):
@@ -97,8 +103,12 @@ class RunnerPool:
 
     def step(self) -> None:
         """One pass: renew the leases of single jobs awaiting their reply, produce again
-        those overdue, claim single jobs no runner holds, and start bulk jobs in free
-        slots."""
+        those overdue, claim single jobs no runner holds, start bulk jobs in free slots, and
+        now and then remove expired files."""
+        now = time.monotonic()
+        if now - self._swept >= SWEEP_EVERY_S:
+            self._swept = now
+            remove_expired_files(self.store)
         lease_s = self.options.lease_s or self.settings.job_lease_s
         for job_id in list(self.singles.submitted):
             if not self.store.renew(job_id, self.owner, lease_s):
@@ -149,3 +159,20 @@ class RunnerPool:
             except Exception:
                 log.warning("collecting single jobs failed", exc_info=True)
                 self.stop.wait(1.0)
+
+
+def remove_expired_files(store: JobStore) -> int:
+    """Remove files past their ``expires_after`` (record and local content), except those an
+    unfinished job still reads (they go once it ends); how many went."""
+    gone = 0
+    for record in store.expired_files():
+        if store.jobs_reading(record.id):
+            continue
+        store.delete_file(record.id, None)
+        if not is_s3(record.location):
+            with contextlib.suppress(FileNotFoundError):
+                Path(record.location).unlink()
+        gone += 1
+    if gone:
+        log.info("removed %d expired files", gone)
+    return gone

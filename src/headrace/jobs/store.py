@@ -88,6 +88,7 @@ class File(_Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     location: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: never
 
 
 class ApiKey(_Base):
@@ -270,8 +271,17 @@ class JobStore:
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     # --- files -----------------------------------------------------------------------------
-    def add_file(self, tenant: str, purpose: str, filename: str, location: str) -> File:
+    def add_file(
+        self,
+        tenant: str,
+        purpose: str,
+        filename: str,
+        location: str,
+        expires_after_s: float | None = None,
+    ) -> File:
+        """``expires_after_s``: the file is gone that long after its creation (None: never)."""
         size = Path(location).stat().st_size if not location.startswith("s3://") else 0
+        now = datetime.now(UTC)
         record = File(
             id=f"file-{uuid.uuid4().hex}",
             tenant=tenant,
@@ -279,12 +289,47 @@ class JobStore:
             filename=filename,
             bytes=size,
             location=location,
-            created_at=datetime.now(UTC),
+            created_at=now,
+            expires_at=now + timedelta(seconds=expires_after_s)
+            if expires_after_s is not None
+            else None,
         )
         return self._add(record)
 
     def get_file(self, file_id: str, tenant: str | None = None) -> File:
-        return self._owned(File, file_id, tenant)
+        """Not found once it expired."""
+        record = self._owned(File, file_id, tenant)
+        if record.expires_at is not None and record.expires_at <= datetime.now(UTC):
+            raise JobNotFound(file_id)
+        return record
+
+    def file_totals(self, tenant: str) -> tuple[int, int]:
+        """(files, bytes) a tenant holds, expired ones left out."""
+        now = datetime.now(UTC)
+        query = select(func.count(), func.coalesce(func.sum(File.bytes), 0)).where(
+            File.tenant == tenant, File.expires_at.is_(None) | (File.expires_at > now)
+        )
+        with Session(self.engine) as s:
+            count, size = s.execute(query).one()
+        return int(count), int(size)
+
+    def expired_files(self, limit: int = 100) -> builtins.list[File]:
+        """Files past their expiry, oldest expiry first (for the sweep that removes them)."""
+        query = (
+            select(File)
+            .where(File.expires_at.is_not(None), File.expires_at <= datetime.now(UTC))
+            .order_by(File.expires_at.asc())
+            .limit(limit)
+        )
+        with Session(self.engine, expire_on_commit=False) as s:
+            return list(s.scalars(query))
+
+    def open_jobs(self, tenant: str) -> int:
+        """A tenant's jobs not yet ended (bulk and single)."""
+        done = [st.value for st in FINAL]
+        query = select(func.count()).where(Job.tenant == tenant, Job.status.not_in(done))
+        with Session(self.engine) as s:
+            return int(s.execute(query).scalar_one())
 
     def list_files(
         self,
@@ -303,7 +348,13 @@ class JobStore:
                 File.id.asc(),
             )
         )
-        query = select(File).where(File.tenant == tenant).order_by(*order).limit(limit)
+        now = datetime.now(UTC)
+        query = (
+            select(File)
+            .where(File.tenant == tenant, File.expires_at.is_(None) | (File.expires_at > now))
+            .order_by(*order)
+            .limit(limit)
+        )
         if purpose is not None:
             query = query.where(File.purpose == purpose)
         if after is not None:
@@ -311,7 +362,7 @@ class JobStore:
         with Session(self.engine, expire_on_commit=False) as s:
             return list(s.scalars(query))
 
-    def delete_file(self, file_id: str, tenant: str) -> File:
+    def delete_file(self, file_id: str, tenant: str | None) -> File:
         """Forget a file (the caller removes its content)."""
         record = self._owned(File, file_id, tenant)
         with Session(self.engine) as s, s.begin():
