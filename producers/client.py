@@ -68,6 +68,7 @@ from headrace.schemas.messages import (
     Control,
     EmbedParams,
     GenerateParams,
+    Priority,
     Reply,
     Request,
 )
@@ -172,6 +173,7 @@ class Client(GenerationMixin):
         session_id: str | None = None,
         routing_key: str | None = None,
         vector_encoding: Literal["float", "base64"] = "float",
+        priority: Priority = "default",
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
         ``InvalidRequestError`` subclass naming the first bad text. ``generation``: the
@@ -237,6 +239,7 @@ class Client(GenerationMixin):
                 session_id=session_id,
                 routing_key=routing_key,
                 vector_encoding=vector_encoding,
+                priority=priority,
             )
             # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
             if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
@@ -303,11 +306,18 @@ class Client(GenerationMixin):
         if self._listener is None:
             raise RuntimeError("this client does not listen for replies: use send_nowait")
         request = self._signed(request)
-        self._gate.check(request.tenant, bucket, request.token_count or 0, self.lane)
+        lane = self._lane_of(request)
+        self._gate.check(
+            request.tenant,
+            bucket,
+            request.token_count or 0,
+            lane,
+            sheddable=request.priority == "sheddable",
+        )
         self._take_slot()
         key = (request.tenant, request.request_id)
         future = self._listener.expect(*key)
-        topic = self.topics.requests(bucket, self.lane)
+        topic = self.topics.requests(bucket, lane)
         entry = Unanswered(request, time.monotonic())
         if self._resender is not None:  # before the reply can come
             self._resender.sent(key, entry)
@@ -323,12 +333,18 @@ class Client(GenerationMixin):
     def _resend(self, u: Unanswered) -> None:
         """To the bucket its token count names (where the dispatcher reads it), its lane."""
         bucket = bucket_for(u.request.token_count or 0, self.settings.buckets)
-        self._produce(self.topics.requests(bucket, self.lane), u.request, u.traceparent)
+        lane = self._lane_of(u.request)
+        self._produce(self.topics.requests(bucket, lane), u.request, u.traceparent)
+
+    def _lane_of(self, request: Request) -> Lane:
+        """A ``batch`` request rides the bulk lane whatever this client's lane."""
+        return "bulk" if request.priority == "batch" else self.lane
 
     def send_nowait(self, request: Request, bucket: int) -> None:
         """Produce a prepared request whose reply the caller reads from its reply topic
         itself (no future, no cache lookup, no resend); ``flush`` makes it durable."""
-        self._produce(self.topics.requests(bucket, self.lane), self._signed(request))
+        request = self._signed(request)
+        self._produce(self.topics.requests(bucket, self._lane_of(request)), request)
 
     def _signed(self, request: Request) -> Request:
         """Signed with this tenant's key, if it has one, as it is produced (the whole record:

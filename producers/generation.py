@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from headrace.consumers.streams import DeltaAssembler
 from headrace.schemas.errors import ReplyTimeoutError, RequestFailedError
-from headrace.schemas.messages import GenerateParams, GenerationResult, Reply, Request, StreamDelta
+from headrace.schemas.messages import (
+    GenerateParams,
+    GenerationResult,
+    Priority,
+    Reply,
+    Request,
+    StreamDelta,
+)
 
 if TYPE_CHECKING:
     from headrace.consumers.replies import ReplyListener
@@ -35,6 +42,7 @@ class _Client(Protocol):
         request_ids: Sequence[str] | None = ...,
         generation: GenerateParams | None = ...,
         session_id: str | None = ...,
+        priority: Priority = ...,
     ) -> list[tuple[Request, int]]: ...
 
     def send(self, request: Request, bucket: int) -> Submission: ...
@@ -50,6 +58,7 @@ class _Client(Protocol):
         request_id: str | None,
         params: GenerateParams,
         session_id: str | None = None,
+        priority: Priority = "default",
     ) -> Submission: ...
 
     def stream_events(
@@ -68,13 +77,14 @@ class GenerationMixin:
         wait_s: float = 120.0,
         request_id: str | None = None,
         session_id: str | None = None,
+        priority: Priority = "default",
         **params: Any,
     ) -> GenerationResult:
         """Generate from ``prompt`` (GenerateParams fields as keywords: max_tokens,
         temperature, top_p, stop, seed, truncate); raises RequestFailedError on an error.
         ``session_id``: a turn of that conversation (its history comes first)."""
         submission = self._submit_generation(
-            prompt, model, request_id, GenerateParams(**params), session_id
+            prompt, model, request_id, GenerateParams(**params), session_id, priority
         )
         try:
             reply = submission.result(wait_s)
@@ -90,12 +100,13 @@ class GenerationMixin:
         model: str | None = None,
         request_id: str | None = None,
         session_id: str | None = None,
+        priority: Priority = "default",
         **params: Any,
     ) -> Submission:
         """Send a generate request without waiting: ``.result(timeout_s)`` is its Reply
         (``.future`` a concurrent Future of it). Options as ``generate``."""
         return self._submit_generation(
-            prompt, model, request_id, GenerateParams(**params), session_id
+            prompt, model, request_id, GenerateParams(**params), session_id, priority
         )
 
     async def stream(self: _Client, prompt: str, **options: Any) -> AsyncIterator[str]:
@@ -114,6 +125,7 @@ class GenerationMixin:
         wait_s: float = 120.0,
         request_id: str | None = None,
         session_id: str | None = None,
+        priority: Priority = "default",
         **params: Any,
     ) -> AsyncIterator[str | GenerationResult]:
         """As ``stream``, then the final GenerationResult (finish reason, usage) last."""
@@ -129,7 +141,7 @@ class GenerationMixin:
 
         self._listener.watch(self.tenant, rid, on_delta)
         submission = await asyncio.to_thread(
-            self._submit_generation, prompt, model, rid, generation, session_id
+            self._submit_generation, prompt, model, rid, generation, session_id, priority
         )
         submission.future.add_done_callback(
             lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.result())
@@ -165,10 +177,16 @@ class GenerationMixin:
         request_id: str | None,
         params: GenerateParams,
         session_id: str | None = None,
+        priority: Priority = "default",
     ) -> Submission:
         ids = [request_id] if request_id is not None else None
         [(request, bucket)] = self.prepare(
-            [prompt], model=model, request_ids=ids, generation=params, session_id=session_id
+            [prompt],
+            model=model,
+            request_ids=ids,
+            generation=params,
+            session_id=session_id,
+            priority=priority,
         )
         submission = self.send(request, bucket)
         self.flush()

@@ -55,6 +55,9 @@ class EmbedParams(_Message):
     normalize: bool = True  # L2-normalise the pooled embedding
 
 
+Priority = Literal["interactive", "default", "batch", "sheddable"]
+SHED_SHARE = 0.5  # a sheddable request is overloaded at this share of its bucket's bound
+
 TokenBias = tuple[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=-100.0, le=100.0)]]
 
 
@@ -166,6 +169,17 @@ class Request(_Message):
             )
         ),
     ] = "float"
+    priority: Annotated[
+        Priority,
+        Field(
+            description=(
+                "The request's class. 'interactive' and 'default' ride the online lane; "
+                "'batch' the bulk lane (it waits for online traffic and always moves); "
+                "'sheddable' the online lane, but it is the first refused under overload "
+                "(overloaded at half its bucket's backlog bound)."
+            )
+        ),
+    ] = "default"
     signature: Annotated[
         str | None,
         Field(

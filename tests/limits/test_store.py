@@ -95,6 +95,12 @@ def test_the_gate_refuses_what_is_already_over_and_lets_the_rest_through(
         gate.check("acme", 32, 10, "online")
     assert quota.value.retry_after_s > 3000
     gate.check("globex", 32, 10, "online")  # no limits of its own, no defaults
+    store.publish_backlog("d1", {32: BucketBacklog(60, 0.05)}, wall[0])
+    wall[0] += 0.6  # what the gate read of the backlog is kept that long
+    gate.check("globex", 32, 10, "online")  # 60 of 100
+    with pytest.raises(OverloadedError) as shed:  # a sheddable one: past half the bound
+        gate.check("globex", 32, 10, "online", sheddable=True)
+    assert "sheddable" in str(shed.value)
 
 
 def test_the_gate_opens_when_redis_is_away(settings: Settings) -> None:

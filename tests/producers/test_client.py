@@ -196,3 +196,16 @@ def test_a_logit_bias_on_a_token_the_model_has_not_is_refused_before_it_is_sent(
         r for t in transport.list_topics() if ".requests." in t for r in requests_on(transport, t)
     ]
     assert request.params.logit_bias == ((5, 5.0),)  # type: ignore[union-attr]
+
+
+def test_a_batch_request_rides_the_bulk_lane_and_the_others_the_client_s_own() -> None:
+    transport = MemoryTransport()
+    with Client(Settings(topic_prefix="c"), tenant="acme", transport=transport) as client:
+        client.submit("later is fine", priority="batch")
+        client.submit("first to go", priority="sheddable")
+        client.submit_generation("hi", model=LM, priority="batch")
+    topics = Topics("c")
+    bulk = requests_on(transport, topics.requests(16, "bulk"))
+    online = requests_on(transport, topics.requests(16))
+    assert sorted(r.priority for r in bulk) == ["batch", "batch"]
+    assert [r.priority for r in online] == ["sheddable"]

@@ -22,6 +22,7 @@ from headrace.limits.policy import (
     overloaded,
     refusal,
     second_of,
+    shed_bound,
     window_of,
 )
 from headrace.schemas.errors import ErrorInfo
@@ -63,16 +64,25 @@ class Quotas:
 
     # --- checks ---------------------------------------------------------------------------------
     def refusal(
-        self, tenant: str, bucket: int | None, tokens: int, lane: Lane, wall: float
+        self,
+        tenant: str,
+        bucket: int | None,
+        tokens: int,
+        lane: Lane,
+        wall: float,
+        sheddable: bool = False,
     ) -> ErrorInfo | None:
-        """Why this request may not be admitted (None: it may; then ``admitted`` counts it)."""
+        """Why this request may not be admitted (None: it may; then ``admitted`` counts it).
+        ``sheddable``: refused at its share of the backlog bound, before the others."""
         self.seen[tenant] = self.clock()
         if lane == "online" and bucket is not None:
-            bound = self.policy.bounds.get(bucket)
+            full = self.policy.bounds.get(bucket)
             backlog = self.backlog.get(bucket, 0)
+            bound = shed_bound(full, sheddable) if full else None
             if bound and backlog > bound:
                 self.backlog[bucket] = backlog - 1  # this one is answered now
-                return overloaded(bucket, backlog, bound, (backlog - bound) * self.drain_s(bucket))
+                drain = (backlog - bound) * self.drain_s(bucket)
+                return overloaded(bucket, backlog, bound, drain, sheddable)
         limits = self.limits_of(tenant)
         if not limits.limited:
             return None

@@ -226,7 +226,9 @@ class RecordsIn:
                 return
         if problem is None and here is not None:
             lane = self.lane_of_topic[record.topic]
-            problem = self.quotas.refusal(request.tenant, here, tokens, lane, wall_time)
+            problem = self.quotas.refusal(
+                request.tenant, here, tokens, lane, wall_time, request.priority == "sheddable"
+            )
         if problem is not None and not waiting:
             self._refuse(request, ref, here, wall_time, problem, tokens, out)
             return

@@ -19,7 +19,7 @@ from cachetools import TTLCache
 
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS
-from headrace.limits.policy import TenantLimits, TenantUsage, overloaded, refusal
+from headrace.limits.policy import TenantLimits, TenantUsage, overloaded, refusal, shed_bound
 from headrace.limits.store import BucketBacklog, LimitsStore
 from headrace.schemas.errors import (
     ErrorCode,
@@ -73,12 +73,15 @@ class Gate:
     def close(self) -> None:
         self.store.redis.close()
 
-    def check(self, tenant: str, bucket: int, tokens: int, lane: Lane) -> None:
-        """Raise the ``LimitedError`` that refuses this request now, if one does."""
+    def check(
+        self, tenant: str, bucket: int, tokens: int, lane: Lane, sheddable: bool = False
+    ) -> None:
+        """Raise the ``LimitedError`` that refuses this request now, if one does
+        (``sheddable``: overloaded at its share of the backlog bound)."""
         if lane != "online" or time.monotonic() < self._open_until:
             return  # bulk work waits in its lane; the dispatcher counts its tokens
         try:
-            problem = self._problem(tenant, bucket, tokens)
+            problem = self._problem(tenant, bucket, tokens, sheddable)
         except REDIS_ERRORS as exc:
             self._open_until = time.monotonic() + OPEN_AFTER_ERROR_S
             log.warning(
@@ -88,9 +91,12 @@ class Gate:
         if problem is not None:
             raise limited_error(problem)
 
-    def _problem(self, tenant: str, bucket: int, tokens: int) -> ErrorInfo | None:
+    def _problem(
+        self, tenant: str, bucket: int, tokens: int, sheddable: bool = False
+    ) -> ErrorInfo | None:
         wall = self.wall_clock()
-        bound = self.settings.backlog_bound(bucket)
+        full = self.settings.backlog_bound(bucket)
+        bound = shed_bound(full, sheddable) if full is not None else None
         if bound is not None:
             # read once into a local: an entry can expire between a check and a read
             backlogs = self._backlogs.get("all")
@@ -99,7 +105,7 @@ class Gate:
             seen = backlogs.get(bucket)
             if seen is not None and seen.backlog >= bound:
                 drain = (seen.backlog - bound + 1) * seen.drain_s
-                return overloaded(bucket, seen.backlog, bound, drain)
+                return overloaded(bucket, seen.backlog, bound, drain, sheddable)
         known = self._tenants.get(tenant)
         if known is None:
             limits = self.store.overrides().get(tenant, self.defaults)

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.messages import SHED_SHARE
 
 
 @dataclass(frozen=True)
@@ -110,12 +111,22 @@ def _rate_retry_s(usage: TenantUsage, wall: float, limit: float) -> float:
     return round(max(second + 1 - wall, 0.1), 1)
 
 
-def overloaded(bucket: int, backlog: int, bound: int, drain_s: float) -> ErrorInfo:
-    """The refusal of an online request to a bucket whose backlog is past its bound;
-    ``drain_s``: how long the workers need for the backlog past the bound."""
+def overloaded(
+    bucket: int, backlog: int, bound: int, drain_s: float, sheddable: bool = False
+) -> ErrorInfo:
+    """The refusal of an online request to a bucket whose backlog is past its bound (for a
+    sheddable one, ``bound`` is already its share); ``drain_s``: how long the workers need
+    for the backlog past the bound."""
+    why = "the bound for sheddable requests" if sheddable else "bound"
     return ErrorInfo(
         code=ErrorCode.overloaded,
-        message=f"bucket {bucket} holds {backlog} unanswered requests (bound {bound}); "
+        message=f"bucket {bucket} holds {backlog} unanswered requests ({why} {bound}); "
         "try again later",
         retry_after_s=round(max(drain_s, 1.0), 1),
     )
+
+
+def shed_bound(bound: int, sheddable: bool) -> int:
+    """The backlog past which a request is overloaded: its bucket's bound, or for a
+    sheddable request its share of it (refused first)."""
+    return max(1, int(bound * SHED_SHARE)) if sheddable else bound

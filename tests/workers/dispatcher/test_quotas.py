@@ -33,6 +33,24 @@ def test_past_its_bound_a_bucket_refuses_the_oldest_records_until_it_is_under() 
     assert codes(out) == []  # unbounded
 
 
+def test_sheddable_requests_are_refused_first_at_half_the_bound() -> None:
+    rig = Rig(limits=LimitsPolicy(bounds={16: 10}))
+    rig.workers()
+    rig.handle(ev.BacklogSeen({16: 7}))  # under the bound, past half of it
+    out = rig.read(
+        rig.request("shed-1", priority="sheddable"),
+        rig.request("plain"),
+        rig.request("vip", priority="interactive"),
+    )
+    answers = of(ev.Answer, out)
+    assert [a.key[1] for a in answers if a.key] == ["shed-1"]
+    assert codes(out) == [ErrorCode.overloaded]
+    assert "sheddable" in answers[0].error.message
+    assert batched(out + rig.tick(0.05)) == 2
+    rig.handle(ev.BacklogSeen({16: 4}))  # under half: sheddable ones pass too
+    assert codes(rig.read(rig.request("shed-2", priority="sheddable"))) == []
+
+
 def test_bulk_records_are_not_refused_for_the_online_backlog() -> None:
     rig = Rig(limits=LimitsPolicy(bounds={16: 1}))
     rig.workers()
