@@ -186,8 +186,10 @@ async def _merged(streams: list[AsyncIterator[str | GenerationResult]]) -> Async
                 continue
             yield index, got
     finally:
-        for task in tasks:
+        for task in tasks:  # a reader gone, or an error: the other choices are cancelled
             task.cancel()
+        # wait for each pump to end, so that no stream is still running when it is closed
+        await asyncio.gather(*tasks, return_exceptions=True)
         for events in streams:
             await _close(events)
 
