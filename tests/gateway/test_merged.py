@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from headrace.gateway.completions import _merged
+from headrace.gateway.completions import _firsts, _merged
 from headrace.schemas.messages import GenerationResult
 
 Event = str | GenerationResult
@@ -69,3 +69,24 @@ def test_a_reader_that_leaves_closes_every_choice() -> None:
 
     asyncio.run(read_two_then_leave())
     assert sorted(closed) == ["a", "b"]
+
+
+def test_a_choice_that_fails_before_its_first_event_fails_the_call_and_closes_the_rest() -> None:
+    closed: list[str] = []
+
+    def broken() -> AsyncIterator[Event]:
+        async def events() -> AsyncIterator[Event]:
+            try:
+                raise ValueError("unknown model")
+                yield "never"  # an async generator
+            finally:
+                closed.append("broken")
+
+        return events()
+
+    async def start() -> None:
+        await _firsts([broken(), choice("slow", 1000, closed)])
+
+    with pytest.raises(ValueError, match="unknown model"):
+        asyncio.run(start())
+    assert sorted(closed) == ["broken", "slow"]  # no 'already running' on the way

@@ -60,8 +60,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                             prompt, model=body.model, wait_s=WAIT_S, request_id=request_id, **params
                         )
                     )
-                # errors before any output surface as HTTP
-                firsts = await asyncio.gather(*(anext(events) for events in streams))
+                firsts = await _firsts(streams)  # errors before any output surface as HTTP
                 return rid, _merged(
                     [_prepend(f, events) for f, events in zip(firsts, streams, strict=True)]
                 )
@@ -151,6 +150,20 @@ async def _close(events: AsyncIterator[Any]) -> None:
     close = getattr(events, "aclose", None)
     if close is not None:
         await close()
+
+
+async def _firsts(
+    streams: list[AsyncIterator[str | GenerationResult]],
+) -> list[str | GenerationResult]:
+    """Each stream's first event. If one fails, every stream is closed once all have
+    answered (closing one still running would raise) and the first error is raised."""
+    got = await asyncio.gather(*(anext(events) for events in streams), return_exceptions=True)
+    failed = next((g for g in got if isinstance(g, BaseException)), None)
+    if failed is not None:
+        for events in streams:
+            await _close(events)
+        raise failed
+    return [g for g in got if not isinstance(g, BaseException)]
 
 
 async def _merged(streams: list[AsyncIterator[str | GenerationResult]]) -> AsyncIterator[Indexed]:
