@@ -368,4 +368,11 @@ def test_n_choices_plain_and_streamed_with_the_official_sdk(
     assert pieces[0] == pieces[1] == one.choices[0].message.content
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 2 * (one.usage.completion_tokens)  # type: ignore[union-attr]
+    with pytest.raises(openai.NotFoundError):  # every choice fails at once: a 404, not a 500
+        sdk.chat.completions.create(
+            model="gpt-9",
+            messages=CHAT,  # type: ignore[arg-type]
+            n=3,
+            stream=True,
+        )
     sdk.close()
