@@ -76,6 +76,7 @@ from headrace.schemas.signing import control_signature, request_signature, tenan
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport import Transport, open_transport
+from headrace.transport.guarantees import resend_after_s
 from headrace.usage.meter import Totals, UsageMeter
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,7 @@ class Client(GenerationMixin):
         self._listener = ReplyListener(self.transport, self.reply_topic).start() if listen else None
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
         # against a broker that may lose an acknowledged request: sent again if unanswered
-        after_s = (
-            self.settings.client_resend_after_s
-            if self.transport.guarantees.loses_acked_records
-            else None
-        )
+        after_s = resend_after_s(self.settings, self.transport.guarantees)
         self._resender = (
             Resender(after_s, self.settings.client_max_resends, self._resend, self.flush)
             if listen and after_s is not None

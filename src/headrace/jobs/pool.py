@@ -31,6 +31,7 @@ from headrace.jobs.single import KIND
 from headrace.jobs.single_runner import SingleJobs
 from headrace.jobs.store import Job, JobStore
 from headrace.transport import open_transport
+from headrace.transport.guarantees import resend_after_s
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,7 @@ class RunnerPool:
         self.singles = SingleJobs(store, settings, self.transport)
         # a single job's request still unanswered this long is sent again, where the broker
         # may lose it (the transport's guarantees)
-        self._resend_after_s = (
-            settings.client_resend_after_s
-            if self.transport.guarantees.loses_acked_records
-            else None
-        )
+        self._resend_after_s = resend_after_s(settings, self.transport.guarantees)
         self._threads: list[threading.Thread] = []
         self._swept = -SWEEP_EVERY_S
 

@@ -18,3 +18,9 @@ BROKER_GUARANTEES = {
 def guarantees_of(settings: Settings) -> Guarantees:
     """What the transport ``settings`` configure promises, without connecting."""
     return BROKER_GUARANTEES[settings.broker_flavor]
+
+
+def resend_after_s(settings: Settings, guarantees: Guarantees) -> float | None:
+    """When an unanswered request is produced again: only where the broker may lose an
+    acknowledged one (``client_resend_after_s``); never otherwise."""
+    return settings.client_resend_after_s if guarantees.loses_acked_records else None
