@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
@@ -90,23 +90,11 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=False)
 
-        async def events() -> AsyncIterator[bytes]:
-            chunk = {**head, "object": "text_completion"}
-            ended: list[GenerationResult] = []
-            async for index, event in _closing_merged(out):
-                if isinstance(event, str):
-                    choice = {"text": event, "index": index, "finish_reason": None}
-                    yield _sse({**chunk, "choices": [choice]})
-                else:
-                    ended.append(event)
-                    choice = {"text": "", "index": index, "finish_reason": event.finish_reason}
-                    usage = {"usage": usage_of(event)} if body.n == 1 else {}
-                    yield _sse({**chunk, "choices": [choice], **usage})
-            if body.include_usage and ended:  # OpenAI's last chunk: no choices, the usage
-                yield _sse({**chunk, "choices": [], "usage": usage_of_all(ended)})
-            yield _sse("[DONE]")
+        def choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
+            return {"text": text, "index": index, "finish_reason": finish}
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        chunk = {**head, "object": "text_completion"}
+        return _streamed(out, chunk, body, choice, [])
 
     @router.post("/v1/chat/completions")
     async def chat(tenant: Tenant, body: ChatCompletionCreate) -> Any:
@@ -119,31 +107,52 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=True)
 
-        async def events() -> AsyncIterator[bytes]:
-            chunk = {**head, "object": "chat.completion.chunk"}
-            for index in range(body.n):
-                role = {"index": index, "delta": {"role": "assistant"}, "finish_reason": None}
-                yield _sse({**chunk, "choices": [role]})
-            ended: list[GenerationResult] = []
-            async for index, event in _closing_merged(out):
-                if isinstance(event, str):
-                    piece = {"index": index, "delta": {"content": event}, "finish_reason": None}
-                    yield _sse({**chunk, "choices": [piece]})
-                else:
-                    ended.append(event)
-                    end = {"index": index, "delta": {}, "finish_reason": event.finish_reason}
-                    usage = {"usage": usage_of(event)} if body.n == 1 else {}
-                    yield _sse({**chunk, "choices": [end], **usage})
-            if body.include_usage and ended:  # OpenAI's last chunk: no choices, the usage
-                yield _sse({**chunk, "choices": [], "usage": usage_of_all(ended)})
-            yield _sse("[DONE]")
+        def choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
+            delta = {"content": text} if finish is None else {}
+            return {"index": index, "delta": delta, "finish_reason": finish}
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        chunk = {**head, "object": "chat.completion.chunk"}
+        roles = [
+            {"index": i, "delta": {"role": "assistant"}, "finish_reason": None}
+            for i in range(body.n)
+        ]
+        return _streamed(out, chunk, body, choice, roles)
 
     return router
 
 
 Indexed = tuple[int, str | GenerationResult]
+T = TypeVar("T")
+
+
+def _streamed(
+    out: AsyncIterator[Indexed],
+    chunk: dict[str, Any],
+    body: Sampling,
+    choice: Callable[[int, str, str | None], dict[str, Any]],
+    first: list[dict[str, Any]],
+) -> StreamingResponse:
+    """The SSE response of a streamed completion or chat: ``first`` choices (a chat's roles),
+    then one chunk per piece of text and one per choice's end (``choice(index, text,
+    finish_reason)`` shapes them; its usage too when there is one choice), OpenAI's usage
+    chunk when asked for, and ``[DONE]``."""
+
+    async def events() -> AsyncIterator[bytes]:
+        for opening in first:
+            yield _sse({**chunk, "choices": [opening]})
+        ended: list[GenerationResult] = []
+        async for index, event in _closing(out):
+            if isinstance(event, str):
+                yield _sse({**chunk, "choices": [choice(index, event, None)]})
+                continue
+            ended.append(event)
+            usage = {"usage": usage_of(event)} if body.n == 1 else {}
+            yield _sse({**chunk, "choices": [choice(index, "", event.finish_reason)], **usage})
+        if body.include_usage and ended:  # OpenAI's last chunk: no choices, the usage
+            yield _sse({**chunk, "choices": [], "usage": usage_of_all(ended)})
+        yield _sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 async def _close(events: AsyncIterator[Any]) -> None:
@@ -207,21 +216,9 @@ async def _merged(streams: list[AsyncIterator[str | GenerationResult]]) -> Async
             await _close(events)
 
 
-async def _closing_merged(events: AsyncIterator[Indexed]) -> AsyncIterator[Indexed]:
-    """``events``, closed as soon as this is (a client that disconnects cancels every
-    choice's request at once)."""
-    try:
-        async for event in events:
-            yield event
-    finally:
-        await _close(events)
-
-
-async def _closing(
-    events: AsyncIterator[str | GenerationResult],
-) -> AsyncIterator[str | GenerationResult]:
+async def _closing(events: AsyncIterator[T]) -> AsyncIterator[T]:
     """``events``, closed as soon as this is: a client that disconnects from the stream
-    cancels its request and frees its place (``Client.abandon``) at once, not when the
+    cancels its requests and frees their places (``Client.abandon``) at once, not when the
     garbage collector finds the generator."""
     try:
         async for event in events:

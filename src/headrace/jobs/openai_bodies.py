@@ -197,12 +197,7 @@ class ChatCompletionCreate(Sampling):
 
 
 def usage_of(result: GenerationResult) -> dict[str, int]:
-    u = result.usage
-    return {
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-    }
+    return usage_of_all([result])
 
 
 def usage_of_all(results: Sequence[GenerationResult]) -> dict[str, int]:
