@@ -91,6 +91,11 @@ class File(_Base):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: never
 
 
+def _unexpired() -> ColumnElement[bool]:
+    """A file that has not expired (now)."""
+    return File.expires_at.is_(None) | (File.expires_at > datetime.now(UTC))
+
+
 class ApiKey(_Base):
     __tablename__ = "api_keys"
 
@@ -305,9 +310,8 @@ class JobStore:
 
     def file_totals(self, tenant: str) -> tuple[int, int]:
         """(files, bytes) a tenant holds, expired ones left out."""
-        now = datetime.now(UTC)
         query = select(func.count(), func.coalesce(func.sum(File.bytes), 0)).where(
-            File.tenant == tenant, File.expires_at.is_(None) | (File.expires_at > now)
+            File.tenant == tenant, _unexpired()
         )
         with Session(self.engine) as s:
             count, size = s.execute(query).one()
@@ -348,12 +352,8 @@ class JobStore:
                 File.id.asc(),
             )
         )
-        now = datetime.now(UTC)
         query = (
-            select(File)
-            .where(File.tenant == tenant, File.expires_at.is_(None) | (File.expires_at > now))
-            .order_by(*order)
-            .limit(limit)
+            select(File).where(File.tenant == tenant, _unexpired()).order_by(*order).limit(limit)
         )
         if purpose is not None:
             query = query.where(File.purpose == purpose)
