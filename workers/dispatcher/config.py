@@ -58,6 +58,10 @@ class CoreConfig:
     pack_window: int = 2
     lanes: LanePolicy = field(default_factory=LanePolicy)
     limits: LimitsPolicy = field(default_factory=LimitsPolicy)
+    # fair share (fair.py): tokens a tenant of weight 1 is given a turn, and the batches'
+    # worth of tokens read ahead of the workers before a lane's topic is paused
+    fair_quantum_tokens: int = 256
+    fair_read_ahead_batches: int = 16
 
     def batcher(self, lane: Lane, clock: Callable[[], float]) -> Batcher[Pending]:
         """A bucket's batcher for ``lane``: the packer, or the arrival-order rule."""
@@ -116,6 +120,8 @@ class CoreConfig:
             pack=settings.pack_batches,
             batch_overhead_tokens=settings.batch_overhead_tokens,
             pack_window=settings.pack_window,
+            fair_quantum_tokens=settings.fair_quantum_tokens,
+            fair_read_ahead_batches=settings.fair_read_ahead_batches,
             lanes=LanePolicy(
                 reserved_workers=settings.bulk_reserved_workers,
                 starvation_s=settings.bulk_starvation_s,
@@ -123,7 +129,7 @@ class CoreConfig:
             limits=LimitsPolicy(
                 defaults=TenantLimits(
                     settings.tenant_requests_per_s, settings.tenant_tokens_per_window
-                ),
+                ),  # weight 1: equal shares unless a tenant's own limits say otherwise
                 window_s=settings.quota_window_s,
                 bounds={
                     b: bound

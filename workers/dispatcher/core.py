@@ -24,10 +24,10 @@ from headrace.schemas.messages import (
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher import events as ev
-from headrace.workers.dispatcher.batcher import Batcher
 from headrace.workers.dispatcher.bulk_share import BulkShare
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.deferrals import Deferrals
+from headrace.workers.dispatcher.fair import FairBatcher, band_of
 from headrace.workers.dispatcher.flights import (
     DispatcherStats,
     Flights,
@@ -82,8 +82,8 @@ class DispatcherCore:
         }
         self.lane_of_topic[config.topics.ingress] = "online"
         self.flights = Flights(list(config.buckets))
-        self.batchers: dict[tuple[int, Lane], Batcher[Pending]] = {
-            (b, lane): config.batcher(lane, clock) for b in config.buckets for lane in LANES
+        self.batchers: dict[tuple[int, Lane], FairBatcher[Pending]] = {
+            (b, lane): self._fair(lane, clock) for b in config.buckets for lane in LANES
         }
         self.health = {b: BucketHealth(config.health, clock) for b in config.buckets}
         self.stats = DispatcherStats()
@@ -202,7 +202,11 @@ class DispatcherCore:
         (``answering``: the shell has answers to deliver)."""
         busy = answering or self.flights.in_flight_total() or self.flights.total_ready()
         ceiling = 30 if busy else 100
-        waits = [w for b in self.batchers.values() if (w := b.seconds_until_due()) is not None]
+        waits = [
+            w
+            for (bucket, lane), b in self.batchers.items()
+            if (w := b.seconds_until_due(room=self._openings(bucket, lane)[1])) is not None
+        ]
         if waits:
             return max(1, min(ceiling, int(min(waits) * 1000)))
         return ceiling
@@ -264,10 +268,7 @@ class DispatcherCore:
         buckets = self.config.buckets[self._turn :] + self.config.buckets[: self._turn]
         for bucket in buckets:
             for lane in LANES:
-                counted = self.flights.in_flight_count(bucket)
-                idle = counted + self.flights.ready_count(bucket) < self._capacity(bucket)
-                for batch in self.batchers[bucket, lane].flush(idle=idle):
-                    self.flights.queue(bucket, batch)
+                self._form(bucket, lane)
             while (
                 chosen := next_lane(self.bulk_share.lanes_of(bucket, self.live), self.config.lanes)
             ) is not None:
@@ -286,7 +287,42 @@ class DispatcherCore:
                     out += self.outgoing.dispatch(bucket, pendings)
             self.bulk_share.settled(bucket)
             for lane in LANES:
-                self._set_paused(bucket, lane, bool(self.flights.ready_count(bucket, lane)), out)
+                self._set_paused(bucket, lane, self.batchers[bucket, lane].full(), out)
+
+    def _form(self, bucket: int, lane: Lane) -> None:
+        """Batches of what waits in the lane's fair queues, formed as late as they can be:
+        at once while the bucket has a free slot (``idle``); a full or overdue one while
+        each live worker has at most one batch waiting for it, or the lane none ready
+        (``room``). So the round over the tenants is made when a worker can take its
+        outcome, not when the records were read."""
+        batcher = self.batchers[bucket, lane]
+        while True:
+            idle, room = self._openings(bucket, lane)
+            batches = batcher.take(idle=idle, room=room)
+            for batch in batches:
+                self.flights.queue(bucket, batch)
+            if not batches:
+                return
+
+    def _openings(self, bucket: int, lane: Lane) -> tuple[bool, bool]:
+        busy = self.flights.in_flight_count(bucket) + self.flights.ready_count(bucket)
+        capacity = self._capacity(bucket)
+        ahead = capacity + len(self.live.get(bucket, ()))  # one waiting per live worker
+        return busy < capacity, busy < ahead or not self.flights.ready_count(bucket, lane)
+
+    def _fair(self, lane: Lane, clock: Callable[[], float]) -> FairBatcher[Pending]:
+        budget = self.config.batch_tokens(lane)
+        return FairBatcher(
+            self.config.batcher(lane, clock),
+            tenant_of=lambda p: p.item.request.tenant,
+            band_of_item=lambda p: band_of(p.item.request.priority),
+            weight=lambda tenant: self.quotas.weight(tenant),
+            batch_tokens=budget,
+            max_wait_ms=self.config.max_wait_ms,
+            read_ahead_tokens=self.config.fair_read_ahead_batches * budget,
+            quantum=self.config.fair_quantum_tokens,
+            clock=clock,
+        )
 
     def _capacity(self, bucket: int) -> int:
         """Batches the bucket's live workers take at once."""

@@ -62,6 +62,10 @@ class Quotas:
     def limits_of(self, tenant: str) -> TenantLimits:
         return self.overrides.get(tenant, self.policy.defaults)
 
+    def weight(self, tenant: str) -> float:
+        """The tenant's fair share (its limits' weight)."""
+        return self.limits_of(tenant).weight
+
     # --- checks ---------------------------------------------------------------------------------
     def refusal(
         self,

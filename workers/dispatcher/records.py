@@ -21,8 +21,8 @@ from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
 from headrace.workers.dispatcher import events as ev
-from headrace.workers.dispatcher.batcher import Batcher
 from headrace.workers.dispatcher.config import CoreConfig
+from headrace.workers.dispatcher.fair import FairBatcher
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
 from headrace.workers.dispatcher.health import BucketHealth, Health
 from headrace.workers.dispatcher.intake import Rejection, parse_request
@@ -43,7 +43,7 @@ class RecordsIn:
         bucket_of_topic: Mapping[str, int | None],
         lane_of_topic: Mapping[str, Lane],
         flights: Flights,
-        batchers: Mapping[tuple[int, Lane], Batcher[Pending]],
+        batchers: Mapping[tuple[int, Lane], FairBatcher[Pending]],
         health: Mapping[int, BucketHealth],
         cancelled: FIFOCache[ev.RequestKey, None],
         refusals: Refusals,

@@ -167,6 +167,13 @@ class Settings(BaseSettings):
     batch_overhead_tokens: int = Field(default=32, ge=0)
     pack_window: int = Field(default=2, ge=1)
     max_inflight_batches_per_bucket: int = Field(default=8, ge=1)
+    # Fair share: inside each bucket and lane, requests wait in one queue per tenant and
+    # batches are filled round the tenants, fair_quantum_tokens x the tenant's weight a turn
+    # (`headrace limits set T --weight W`; 1 by default), interactive before default before
+    # sheddable. Up to fair_read_ahead_batches batches' worth of tokens are read ahead of the
+    # workers (what fairness can choose from); then the lane's topic is paused.
+    fair_quantum_tokens: int = Field(default=256, ge=1)
+    fair_read_ahead_batches: int = Field(default=16, ge=1)
     # Bulk jobs ride their own lane (topics <prefix>.requests.b<N>.bulk): online batches go
     # first; bulk holds at most the bucket's live workers less bulk_reserved_workers (at least
     # one) in flight, and a bulk batch whose oldest request waited bulk_starvation_s goes out

@@ -21,10 +21,16 @@ from headrace.schemas.messages import SHED_SHARE
 
 @dataclass(frozen=True)
 class TenantLimits:
-    """0 means no limit."""
+    """0 means no limit. ``weight``: the tenant's share when tenants wait for the same
+    workers (fair share inside a bucket and lane; 1 is an equal share, 3 three times it)."""
 
     requests_per_s: float = 0.0
     tokens_per_window: int = 0
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"weight must be positive, not {self.weight!r}")
 
     @property
     def limited(self) -> bool:

@@ -15,6 +15,7 @@ Keys (the tenant is in every key of a tenant's data):
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 import redis
 
 from headrace.limits.policy import TenantLimits, TenantUsage, second_of, window_of
+
+log = logging.getLogger(__name__)
 
 RATE_TTL_S = 5
 _UNREAD = object()  # the overrides' version before the first read
@@ -72,9 +75,12 @@ class LimitsStore:
         version = self.redis.get(self._version_key)  # None until the first edit: none yet
         if version != self._overrides_version:
             raw = self.redis.hgetall(self._limits_key)
-            self._overrides = {
-                _text(t): TenantLimits(**json.loads(_text(v))) for t, v in raw.items()
-            }
+            self._overrides = {}
+            for tenant, value in raw.items():
+                try:
+                    self._overrides[_text(tenant)] = TenantLimits(**json.loads(_text(value)))
+                except (ValueError, TypeError) as exc:  # hand-edited: that tenant's defaults
+                    log.warning("limits of %r unreadable (%s): the defaults apply", tenant, exc)
             self._overrides_version = version
         return dict(self._overrides)
 

@@ -36,15 +36,18 @@ def limits_set(
     tokens_per_window: int = typer.Option(
         0, min=0, help="tokens per quota window, every lane (0: none)"
     ),
+    weight: float = typer.Option(
+        1.0, min=0.001, help="fair share when tenants wait for the same workers (1: equal)"
+    ),
 ) -> None:
-    """Set TENANT's limits, replacing the defaults from the settings for it."""
+    """Set TENANT's limits and weight, replacing the defaults from the settings for it."""
     from headrace.limits.policy import TenantLimits
 
     settings = Settings()
-    _store(settings).set_limits(tenant, TenantLimits(requests_per_s, tokens_per_window))
+    _store(settings).set_limits(tenant, TenantLimits(requests_per_s, tokens_per_window, weight))
     console.print(
         f"{tenant}: {requests_per_s:g} requests/s, {tokens_per_window} tokens per "
-        f"{settings.quota_window_s:g}s (0: no limit)"
+        f"{settings.quota_window_s:g}s (0: no limit), weight {weight:g}"
     )
 
 
@@ -64,7 +67,7 @@ def limits_show() -> None:
     store = _store(settings)
     wall = time.time()
     table = Table(title=f"tenant limits (quota window {settings.quota_window_s:g}s)")
-    for column in ("tenant", "requests/s", "rate now", "tokens / window", "tokens used"):
+    for column in ("tenant", "requests/s", "rate now", "tokens / window", "tokens used", "weight"):
         table.add_column(column, justify="left" if column == "tenant" else "right")
     table.add_row(
         "(default)",
@@ -72,6 +75,7 @@ def limits_show() -> None:
         "",
         str(settings.tenant_tokens_per_window),
         "",
+        "1",
     )
     for tenant, own in sorted(store.overrides().items()):
         usage = store.usage(tenant, wall)
@@ -82,6 +86,7 @@ def limits_show() -> None:
             f"{request_rate(usage, wall):.1f}",
             str(own.tokens_per_window),
             str(used),
+            f"{own.weight:g}",
         )
     console.print(table)
     backlog = store.backlogs(wall)

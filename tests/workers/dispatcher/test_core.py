@@ -60,10 +60,11 @@ def test_a_batch_closes_at_its_padded_token_budget() -> None:
     assert ids(rest) == ["r8"]
 
 
-def test_the_in_flight_limit_holds_batches_back_and_pauses_the_bucket() -> None:
-    rig = Rig(max_inflight_batches_per_bucket=1)
+def test_the_in_flight_limit_holds_batches_back_and_a_full_read_ahead_pauses_the_bucket() -> None:
+    # one batch's worth (64 tokens) may wait unformed: past it the topic is paused
+    rig = Rig(max_inflight_batches_per_bucket=1, fair_read_ahead_batches=1)
     rig.workers()
-    rig.read(*[rig.request(f"r{i}") for i in range(16)])
+    rig.read(*[rig.request(f"r{i}") for i in range(24)])
     out = rig.tick()
     [first] = of(ev.SendBatch, out)
     assert ev.SetPaused(TOPICS.requests(16), True) in out
@@ -73,7 +74,7 @@ def test_the_in_flight_limit_holds_batches_back_and_pauses_the_bucket() -> None:
     out = rig.tick()
     [second] = of(ev.SendBatch, out)
     assert ids(second) == [f"r{i}" for i in range(8, 16)]
-    assert ev.SetPaused(TOPICS.requests(16), False) in out
+    assert ev.SetPaused(TOPICS.requests(16), False) in out  # the last 8 formed behind it
 
 
 # --- offsets --------------------------------------------------------------------------------

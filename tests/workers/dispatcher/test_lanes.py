@@ -55,7 +55,7 @@ def test_through_the_core_online_overtakes_a_bulk_backlog() -> None:
     sent = of(ev.SendBatch, rig.tick())
     # two live workers, one kept for online: one bulk batch out, the rest wait
     assert [s.queue for s in sent] == ["t.b16.bulk"]
-    assert ev.SetPaused(TOPICS.requests(16, "bulk"), True) in rig.actions
+    assert rig.core.topic_busy(TOPICS.requests(16, "bulk"))
     rig.read(rig.request("online1"), rig.request("online2"))
     [online] = of(ev.SendBatch, rig.tick())
     assert online.queue == "t.b16" and ids(online) == ["online1", "online2"]

@@ -16,6 +16,8 @@ def test_the_smallest_live_plan_caps_a_buckets_batches() -> None:
     rig.read(*[rig.request(f"r{i}") for i in range(10)])
     sends = of(ev.SendBatch, rig.tick(0.05))
     assert [len(ids(s)) for s in sends] == [3, 3, 3, 1]
+    for send in sends:
+        rig.complete(send)
     # w2 gone: w1's plan holds five rows
     rig.handle(ev.WorkersSeen({16: frozenset({"w1"}), 32: frozenset({"w1"})}, plans=plans))
     rig.read(*[rig.request(f"s{i}") for i in range(10)])

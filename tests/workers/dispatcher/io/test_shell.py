@@ -271,25 +271,34 @@ def test_each_bucket_exports_its_lag_unread_and_uncommitted(rig: Rig) -> None:
 
 def test_a_paused_bucket_stays_paused_when_the_group_hands_its_partitions_back() -> None:
     """A partition comes back from a rebalance unpaused; the shell pauses it again while the
-    core holds its bucket back (here: a batch waits behind the one in flight), and resumes
-    it after."""
-    rig = Rig(max_inflight_batches_per_bucket=1)
+    core holds its bucket back (here: a batch in flight, one formed behind it, and a full
+    read-ahead of one batch's worth), and resumes it once the batches are answered."""
+    rig = Rig(max_inflight_batches_per_bucket=1, fair_read_ahead_batches=1, max_batch_tokens=16)
     try:
-        first = rig.submit("r1")
+        rig.submit("r1")
         rig.until(lambda: len(rig.queue.sent) == 1)
-        rig.submit("r2")
+        for n in range(2, 22):
+            rig.submit(f"r{n}")
         b16 = (rig.topics.requests(16), 0)
-        rig.until(lambda: b16 in rig.dispatcher.reader.paused())  # r2's batch waits
+        rig.until(lambda: b16 in rig.dispatcher.reader.paused())  # the read-ahead is full
         other = rig.transport.reader(f"{rig.settings.topic_prefix}.dispatcher")
         other.subscribe([b16[0]], Listener())
         rig.until(lambda: b16 not in rig.dispatcher.reader.assignment())
         other.close()
         rig.until(lambda: b16 in rig.dispatcher.reader.assignment())
         assert b16 in rig.dispatcher.reader.paused()
-        [batch] = rig.queue.sent
-        done = Completion(batch_id=batch.batch_id, done=[batch.items[0].ref])
-        rig.ledger.finish_batch([("acme", first.request_id)], "d1", done)
-        rig.until(lambda: b16 not in rig.dispatcher.reader.paused())
+        answered: set[str] = set()
+
+        def answer_what_was_sent() -> bool:
+            for batch in rig.queue.sent:
+                if batch.batch_id not in answered:
+                    answered.add(batch.batch_id)
+                    done = Completion(batch_id=batch.batch_id, done=[i.ref for i in batch.items])
+                    keys = [(i.request.tenant, i.request.request_id) for i in batch.items]
+                    rig.ledger.finish_batch(keys, "d1", done)
+            return b16 not in rig.dispatcher.reader.paused()
+
+        rig.until(answer_what_was_sent)
     finally:
         rig.dispatcher.close()
 
