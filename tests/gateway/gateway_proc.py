@@ -30,9 +30,11 @@ def running_gateway(
     tmp_path: Path,
     tenants: tuple[str, ...] = ("acme", "globex"),
     started: list[subprocess.Popen[bytes]] | None = None,
+    key_options: dict[str, list[str]] | None = None,
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """(base URL, tenant -> API key) of a gateway on its own port, state dir and SQLite;
-    its process is appended to ``started`` when given."""
+    its process is appended to ``started`` when given; ``key_options``: more options of
+    ``api-key create`` for a tenant's key."""
     env = {
         **os.environ,
         "HEADRACE_STATE_DIR": str(tmp_path / "state"),
@@ -42,7 +44,7 @@ def running_gateway(
     cli = [sys.executable, "-m", "headrace.ops.cli"]
     keys = {
         tenant: subprocess.run(
-            [*cli, "api-key", "create", "--tenant", tenant],
+            [*cli, "api-key", "create", "--tenant", tenant, *(key_options or {}).get(tenant, [])],
             env=env,
             check=True,
             capture_output=True,

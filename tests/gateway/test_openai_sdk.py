@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,10 +15,14 @@ import openai
 import pytest
 from openai.types import Batch
 
+from headrace.config.settings import Settings
 from headrace.models.tokenizer import count_tokens, tokenizer_for
 from headrace.ops.processes import Pipeline
+from headrace.schemas.messages import Request
+from headrace.schemas.topics import Topics
 from tests.disk import fill, small_disk
 from tests.gateway.gateway_proc import running_gateway
+from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,7 +36,9 @@ def gateway(
     shared_pipeline: Pipeline, shared_prefix: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, dict[str, str]]]:
     env = {"HEADRACE_TOPIC_PREFIX": shared_prefix, "HEADRACE_MAX_FILE_BYTES": str(MAX_FILE_BYTES)}
-    with running_gateway(env, tmp_path_factory.mktemp("sdk")) as running:
+    vip = {"vip": ["--priority", "interactive"]}
+    tenants = ("acme", "globex", "vip")
+    with running_gateway(env, tmp_path_factory.mktemp("sdk"), tenants, key_options=vip) as running:
         yield running
 
 
@@ -336,3 +343,23 @@ def test_an_upload_to_a_full_disk_is_a_507_and_leaves_nothing_behind(
             filler.unlink()  # room again: the same upload is taken
             stored = sdk.files.create(file=("in.jsonl", body), purpose="batch")
             assert stored.bytes == len(body)
+
+
+def test_an_api_keys_class_rides_its_requests(
+    gateway: tuple[str, dict[str, str]], shared_settings: Settings
+) -> None:
+    """A key made with ``--priority interactive``: its embeddings reach the pipeline as
+    interactive requests (read back from the bucket topic), another key's as default."""
+    url, keys = gateway
+    marks = {"vip": f"vip {uuid.uuid4().hex}", "acme": f"acme {uuid.uuid4().hex}"}
+    for tenant, text in marks.items():
+        with openai.OpenAI(base_url=f"{url}/v1", api_key=keys[tenant], max_retries=0) as sdk:
+            assert sdk.embeddings.create(model=MODEL, input=text).data
+    topics = Topics(shared_settings.topic_prefix)
+    seen = {
+        request.tenant: request.priority
+        for bucket in shared_settings.buckets
+        for record in read_topic(shared_settings, topics.requests(bucket))
+        if (request := Request.model_validate_json(record.value)).input in marks.values()
+    }
+    assert seen == {"vip": "interactive", "acme": "default"}

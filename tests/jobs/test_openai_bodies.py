@@ -36,7 +36,7 @@ CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
     "web_search_options": (None, {}),
     "verbosity": (None, "low"),
     "store": (False, True),
-    "service_tier": ("default", "flex"),
+    "service_tier": ("default", "scale"),
 }
 COMPLETION_FIELDS: dict[str, tuple[Any, Any]] = {
     "best_of": (1, 3),
@@ -118,3 +118,14 @@ def test_n_choices_count_their_seeds_up_and_are_bounded() -> None:
 def test_stream_options_need_a_stream() -> None:
     assert refused_field(ChatCompletionCreate, {**CHAT, "stream_options": {}}) == "stream_options"
     assert not CompletionCreate.model_validate({**PROMPT, "stream": True}).include_usage
+
+
+def test_service_tier_picks_the_class_and_auto_or_default_take_the_keys() -> None:
+    def tier(value: str | None, key_default: str = "default") -> str:
+        body = ChatCompletionCreate.model_validate({**CHAT, "service_tier": value})
+        return body.priority(key_default)  # type: ignore[arg-type]
+
+    assert tier("priority") == "interactive"
+    assert tier("flex", "interactive") == "sheddable"
+    assert [tier(v, "interactive") for v in (None, "auto", "default")] == ["interactive"] * 3
+    assert tier(None) == "default"

@@ -11,7 +11,7 @@ import pytest
 
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.pool import remove_expired_files
-from headrace.jobs.store import JobNotFound, JobStore
+from headrace.jobs.store import JobNotFound, JobStore, KeyOwner
 from headrace.schemas.tenants import TenantNameError
 from headrace.sql import newest_revision
 
@@ -136,6 +136,16 @@ def test_api_keys_name_valid_tenants_expire_list_and_revoke(store_url: str) -> N
     assert store.tenant_of_key(key) is None
     assert store.revoke_api_key(later) == 1 and store.tenant_of_key(later) is None
     assert store.revoke_api_key("abc") == 0  # too short to name one key
+
+
+def test_an_api_key_carries_its_requests_default_class(store_url: str) -> None:
+    store = JobStore(store_url)
+    fast = store.add_api_key("acme", "ui", priority="interactive")
+    plain = store.add_api_key("acme", "scripts")
+    owner = store.key_owner(fast)
+    assert owner is not None and (owner.tenant, owner.priority) == ("acme", "interactive")
+    assert store.key_owner(plain) == KeyOwner("acme", "default")
+    assert store.key_owner("hr-nobody") is None
 
 
 def test_files_expire_and_tenants_files_bytes_and_open_jobs_are_counted(

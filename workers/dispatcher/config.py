@@ -58,10 +58,11 @@ class CoreConfig:
     pack_window: int = 2
     lanes: LanePolicy = field(default_factory=LanePolicy)
     limits: LimitsPolicy = field(default_factory=LimitsPolicy)
-    # fair share (fair.py): tokens a tenant of weight 1 is given a turn, and the batches'
-    # worth of tokens read ahead of the workers before a lane's topic is paused
+    # fair share (fair.py): tokens a tenant of weight 1 is given a turn, and the tokens read
+    # ahead of the workers (per bucket and lane) before a lane's topic is paused
+    fair_share: bool = True  # False: arrival order (one queue, one band)
     fair_quantum_tokens: int = 256
-    fair_read_ahead_batches: int = 16
+    fair_read_ahead_tokens: int = 65_536
 
     def batcher(self, lane: Lane, clock: Callable[[], float]) -> Batcher[Pending]:
         """A bucket's batcher for ``lane``: the packer, or the arrival-order rule."""
@@ -120,8 +121,9 @@ class CoreConfig:
             pack=settings.pack_batches,
             batch_overhead_tokens=settings.batch_overhead_tokens,
             pack_window=settings.pack_window,
+            fair_share=settings.fair_share,
             fair_quantum_tokens=settings.fair_quantum_tokens,
-            fair_read_ahead_batches=settings.fair_read_ahead_batches,
+            fair_read_ahead_tokens=settings.fair_read_ahead_tokens,
             lanes=LanePolicy(
                 reserved_workers=settings.bulk_reserved_workers,
                 starvation_s=settings.bulk_starvation_s,

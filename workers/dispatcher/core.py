@@ -292,9 +292,11 @@ class DispatcherCore:
     def _form(self, bucket: int, lane: Lane) -> None:
         """Batches of what waits in the lane's fair queues, formed as late as they can be:
         at once while the bucket has a free slot (``idle``); a full or overdue one while
-        each live worker has at most one batch waiting for it, or the lane none ready
-        (``room``). So the round over the tenants is made when a worker can take its
-        outcome, not when the records were read."""
+        each live worker has at most one batch waiting for it, or the lane has none ready
+        or out (``room``: so a lane the other keeps busy still has one batch for its
+        starvation guard). So the round over the tenants is made when a worker can take
+        its outcome, not when the records were read, and no more than a batch per worker
+        waits in the queue ahead of a newcomer."""
         batcher = self.batchers[bucket, lane]
         while True:
             idle, room = self._openings(bucket, lane)
@@ -307,19 +309,25 @@ class DispatcherCore:
     def _openings(self, bucket: int, lane: Lane) -> tuple[bool, bool]:
         busy = self.flights.in_flight_count(bucket) + self.flights.ready_count(bucket)
         capacity = self._capacity(bucket)
-        ahead = capacity + len(self.live.get(bucket, ()))  # one waiting per live worker
-        return busy < capacity, busy < ahead or not self.flights.ready_count(bucket, lane)
+        workers = len(self.live.get(bucket, ()))
+        # one waiting per live worker; none seen yet (starting, or Redis away): the limit
+        ahead = capacity + workers if workers else self.config.max_inflight_batches_per_bucket
+        lane_out = self.flights.ready_count(bucket, lane) + self.flights.in_flight_count(
+            bucket, lane
+        )
+        return busy < capacity, busy < ahead or not lane_out
 
     def _fair(self, lane: Lane, clock: Callable[[], float]) -> FairBatcher[Pending]:
         budget = self.config.batch_tokens(lane)
+        fair = self.config.fair_share
         return FairBatcher(
             self.config.batcher(lane, clock),
-            tenant_of=lambda p: p.item.request.tenant,
-            band_of_item=lambda p: band_of(p.item.request.priority),
+            tenant_of=lambda p: p.item.request.tenant if fair else "",
+            band_of_item=lambda p: band_of(p.item.request.priority) if fair else 0,
             weight=lambda tenant: self.quotas.weight(tenant),
             batch_tokens=budget,
             max_wait_ms=self.config.max_wait_ms,
-            read_ahead_tokens=self.config.fair_read_ahead_batches * budget,
+            read_ahead_tokens=self.config.fair_read_ahead_tokens,
             quantum=self.config.fair_quantum_tokens,
             clock=clock,
         )

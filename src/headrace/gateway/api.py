@@ -38,6 +38,7 @@ from headrace.schemas.errors import (
     RequestFailedError,
     UnknownModelError,
 )
+from headrace.schemas.messages import Priority
 
 log = logging.getLogger(__name__)
 
@@ -146,13 +147,24 @@ def tenant_of(request: Request, authorization: Annotated[str | None, Header()] =
     if not authorization or not authorization.startswith("Bearer "):
         raise ApiError(401, "no API key: send Authorization: Bearer <key>", "missing_api_key")
     store: JobStore = request.app.state.store
-    tenant = store.tenant_of_key(authorization.removeprefix("Bearer ").strip())
-    if tenant is None:
+    owner = store.key_owner(authorization.removeprefix("Bearer ").strip())
+    if owner is None:
         raise ApiError(401, "incorrect API key", "invalid_api_key")
-    return tenant
+    request.state.priority = owner.priority  # the class of requests that name none
+    return owner.tenant
 
 
 Tenant = Annotated[str, Depends(tenant_of)]
+
+
+def key_priority(request: Request, _: Tenant) -> Priority:
+    """The class the request's API key gives requests that name none (FastAPI runs
+    ``tenant_of`` once per request, before this)."""
+    priority: Priority = request.state.priority
+    return priority
+
+
+KeyPriority = Annotated[Priority, Depends(key_priority)]
 
 
 # a refusal by a bound or a tenant's limit: 429 with OpenAI's (code, type) and Retry-After

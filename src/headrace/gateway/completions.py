@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from headrace.gateway.api import Tenant, api_error
+from headrace.gateway.api import KeyPriority, Tenant, api_error
 from headrace.jobs.openai_bodies import (
     ChatCompletionCreate,
     CompletionCreate,
@@ -28,7 +28,7 @@ from headrace.jobs.openai_bodies import (
 )
 from headrace.producers.client import Client
 from headrace.schemas.errors import HeadraceError, InvalidRequestError
-from headrace.schemas.messages import GenerationResult
+from headrace.schemas.messages import GenerationResult, Priority
 
 WAIT_S = 120.0
 
@@ -42,7 +42,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
     router = APIRouter()
 
     async def run(
-        tenant: str, prompt: str, body: Sampling
+        tenant: str, prompt: str, body: Sampling, priority: Priority
     ) -> tuple[str, list[GenerationResult] | AsyncIterator[Indexed]]:
         """The ``n`` choices of ``prompt``: one pipeline request each (ids ``<rid>`` for one
         choice, ``<rid>-<i>`` for several), their results in order, or their events merged
@@ -57,7 +57,12 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                 for request_id, params in calls:
                     streams.append(
                         client.stream_events(
-                            prompt, model=body.model, wait_s=WAIT_S, request_id=request_id, **params
+                            prompt,
+                            model=body.model,
+                            wait_s=WAIT_S,
+                            request_id=request_id,
+                            priority=priority,
+                            **params,
                         )
                     )
                 firsts = await _firsts(streams)  # errors before any output surface as HTTP
@@ -72,6 +77,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                         model=body.model,
                         wait_s=WAIT_S,
                         request_id=request_id,
+                        priority=priority,
                         **params,
                     )
                     for request_id, params in calls
@@ -84,8 +90,8 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
             raise api_error(exc) from exc
 
     @router.post("/v1/completions")
-    async def completions(tenant: Tenant, body: CompletionCreate) -> Any:
-        rid, out = await run(tenant, body.prompt(), body)
+    async def completions(tenant: Tenant, priority: KeyPriority, body: CompletionCreate) -> Any:
+        rid, out = await run(tenant, body.prompt(), body, priority)
         head = {"id": f"cmpl-{rid}", "created": int(time.time()), "model": body.model}
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=False)
@@ -97,12 +103,12 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
         return _streamed(out, chunk, body, choice, [])
 
     @router.post("/v1/chat/completions")
-    async def chat(tenant: Tenant, body: ChatCompletionCreate) -> Any:
+    async def chat(tenant: Tenant, priority: KeyPriority, body: ChatCompletionCreate) -> Any:
         try:
             prompt = body.prompt()
         except InvalidRequestError as exc:
             raise api_error(exc) from exc
-        rid, out = await run(tenant, prompt, body)
+        rid, out = await run(tenant, prompt, body, body.priority(priority))
         head = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": body.model}
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=True)

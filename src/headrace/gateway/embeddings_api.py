@@ -17,7 +17,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from headrace.config.settings import Settings
-from headrace.gateway.api import ApiError, Tenant, api_error, reply_error
+from headrace.gateway.api import ApiError, KeyPriority, Tenant, api_error, reply_error
 from headrace.models.registry import ModelSpec, embedding_size, resolve
 from headrace.models.tokenizer import tokenizer_of
 from headrace.producers.client import Client
@@ -75,7 +75,9 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
     router = APIRouter()
 
     @router.post(EMBEDDINGS_URL)
-    async def embeddings(tenant: Tenant, body: EmbeddingsCreate) -> dict[str, Any]:
+    async def embeddings(
+        tenant: Tenant, priority: KeyPriority, body: EmbeddingsCreate
+    ) -> dict[str, Any]:
         client = client_for(tenant)
         try:
             spec = resolve(client.settings, body.model)
@@ -96,7 +98,11 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
         submissions = []
         try:
             submissions = await asyncio.to_thread(
-                client.submit_many, texts, model=body.model, vector_encoding="base64"
+                client.submit_many,
+                texts,
+                model=body.model,
+                vector_encoding="base64",
+                priority=priority,
             )
             replies = await asyncio.wait_for(
                 asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), WAIT_S

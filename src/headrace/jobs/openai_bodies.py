@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from headrace.schemas.errors import InvalidRequestError
-from headrace.schemas.messages import GenerationResult
+from headrace.schemas.messages import GenerationResult, Priority
 from headrace.sessions.prompt import render_prompt
 from headrace.sessions.store import Turn
 
@@ -54,8 +54,12 @@ NOT_SERVED = {
     "web_search_options": "web search is not served",
     "verbosity": "leave verbosity out",
     "store": "completions are not stored: leave store out or false",
-    "service_tier": 'one tier is served: leave service_tier out, "auto" or "default"',
+    "service_tier": '"auto", "default" (the API key\'s class), "priority" (interactive) or '
+    '"flex" (sheddable)',
 }
+
+
+TIERS: dict[str, Priority] = {"priority": "interactive", "flex": "sheddable"}
 
 
 def explain(field: str) -> str:
@@ -181,7 +185,13 @@ class ChatCompletionCreate(Sampling):
     web_search_options: None = None
     verbosity: None = None
     store: Literal[False] | None = None
-    service_tier: Literal["auto", "default"] | None = None
+    service_tier: Literal["auto", "default", "priority", "flex"] | None = None
+
+    def priority(self, key_default: Priority) -> Priority:
+        """The request's class: ``service_tier`` "priority" is ``interactive`` and "flex"
+        ``sheddable`` (refused first under overload, as OpenAI's flex tier may be); "auto",
+        "default" or none: the API key's class."""
+        return TIERS.get(self.service_tier or "auto", key_default)
 
     def prompt(self) -> str:
         *history, last = self.messages

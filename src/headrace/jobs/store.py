@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -31,6 +31,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
 from headrace.jobs.lifecycle import FINAL, JobStatus, check_move
+from headrace.schemas.messages import Priority
 from headrace.schemas.tenants import check_tenant
 from headrace.sql import Base as _Base
 from headrace.sql import UTCDateTime, migrate, open_engine, revision
@@ -104,6 +105,7 @@ class ApiKey(_Base):
     label: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    priority: Mapped[str | None] = mapped_column(String(20), nullable=True)
 
 
 Owned = TypeVar("Owned", Job, File)
@@ -393,9 +395,16 @@ class JobStore:
         return row
 
     # --- API keys: only their SHA-256 is kept ------------------------------------------------
-    def add_api_key(self, tenant: str, label: str = "", expires_at: datetime | None = None) -> str:
+    def add_api_key(
+        self,
+        tenant: str,
+        label: str = "",
+        expires_at: datetime | None = None,
+        priority: Priority | None = None,
+    ) -> str:
         """A new key for ``tenant`` (a valid tenant name: ``TenantNameError`` otherwise),
-        printed once; only its SHA-256 is kept. After ``expires_at`` it names no tenant."""
+        printed once; only its SHA-256 is kept. After ``expires_at`` it names no tenant.
+        ``priority``: the class of its requests that do not name one (None: ``default``)."""
         check_tenant(tenant)
         key = f"hr-{secrets.token_urlsafe(32)}"
         with Session(self.engine) as s, s.begin():
@@ -406,18 +415,25 @@ class JobStore:
                     label=label,
                     created_at=datetime.now(UTC),
                     expires_at=expires_at,
+                    priority=priority,
                 )
             )
         return key
 
-    def tenant_of_key(self, key: str) -> str | None:
+    def key_owner(self, key: str) -> KeyOwner | None:
+        """The tenant a live key acts for, and its requests' default class."""
         with Session(self.engine) as s:
             record = s.get(ApiKey, key_hash(key))
         if record is None:
             return None
         if record.expires_at is not None and record.expires_at <= datetime.now(UTC):
             return None
-        return record.tenant
+        priority = cast(Priority, record.priority or "default")
+        return KeyOwner(record.tenant, priority)
+
+    def tenant_of_key(self, key: str) -> str | None:
+        owner = self.key_owner(key)
+        return None if owner is None else owner.tenant
 
     def api_keys(self, tenant: str | None = None) -> builtins.list[ApiKeyInfo]:
         """Every key (or ``tenant``'s), oldest first, by the start of its hash."""
@@ -446,6 +462,12 @@ class JobStore:
                 return 0
             s.delete(found[0])
             return 1
+
+
+@dataclass(frozen=True)
+class KeyOwner:
+    tenant: str
+    priority: Priority
 
 
 @dataclass(frozen=True)

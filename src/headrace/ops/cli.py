@@ -10,7 +10,7 @@ import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import typer
 from rich.console import Console
@@ -221,16 +221,23 @@ def api_key_create(
     tenant: str = typer.Option(..., help="the tenant this key acts for"),
     label: str = "",
     expires_in_days: float | None = typer.Option(None, help="the key stops working after"),
+    priority: str = typer.Option(
+        "default", help="class of its requests that name none: interactive, default, sheddable"
+    ),
 ) -> None:
     """Make a new gateway API key for TENANT; it is printed once, only its hash is kept."""
     from headrace.jobs.store import JobStore
+    from headrace.schemas.messages import Priority
     from headrace.schemas.tenants import TenantNameError
 
     expires = None
     if expires_in_days is not None:
         expires = datetime.now(UTC) + timedelta(days=expires_in_days)
     try:
-        print(JobStore(_needs("sql").sql_url).add_api_key(tenant, label, expires))
+        if priority not in ("interactive", "default", "sheddable"):
+            _fail(f"--priority {priority!r}: one of interactive, default, sheddable")
+        store = JobStore(_needs("sql").sql_url)
+        print(store.add_api_key(tenant, label, expires, cast(Priority, priority)))
     except TenantNameError as exc:
         _fail(str(exc))
 

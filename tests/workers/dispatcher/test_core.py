@@ -62,7 +62,7 @@ def test_a_batch_closes_at_its_padded_token_budget() -> None:
 
 def test_the_in_flight_limit_holds_batches_back_and_a_full_read_ahead_pauses_the_bucket() -> None:
     # one batch's worth (64 tokens) may wait unformed: past it the topic is paused
-    rig = Rig(max_inflight_batches_per_bucket=1, fair_read_ahead_batches=1)
+    rig = Rig(max_inflight_batches_per_bucket=1, fair_read_ahead_tokens=64)
     rig.workers()
     rig.read(*[rig.request(f"r{i}") for i in range(24)])
     out = rig.tick()

@@ -197,3 +197,12 @@ def test_through_the_core_a_tenants_weight_comes_from_its_limits() -> None:
     send = of(ev.SendBatch, rig.tick())[0]
     tenants = Counter(i[0] for i in ids(send))
     assert tenants == {"g": 6, "s": 2}
+
+
+def test_without_fair_share_the_flood_goes_first() -> None:
+    rig = Rig(max_batch_tokens=64, fair_share=False)
+    rig.workers()
+    rig.read(*[rig.request(f"n{i}", tenant="noisy") for i in range(16)])
+    rig.read(rig.request("q1", tenant="quiet", priority="interactive"))
+    sends = of(ev.SendBatch, rig.tick())
+    assert [ids(s) for s in sends] == [[f"n{i}" for i in range(8)], [f"n{i}" for i in range(8, 16)]]

@@ -273,7 +273,7 @@ def test_a_paused_bucket_stays_paused_when_the_group_hands_its_partitions_back()
     """A partition comes back from a rebalance unpaused; the shell pauses it again while the
     core holds its bucket back (here: a batch in flight, one formed behind it, and a full
     read-ahead of one batch's worth), and resumes it once the batches are answered."""
-    rig = Rig(max_inflight_batches_per_bucket=1, fair_read_ahead_batches=1, max_batch_tokens=16)
+    rig = Rig(max_inflight_batches_per_bucket=1, fair_read_ahead_tokens=16, max_batch_tokens=16)
     try:
         rig.submit("r1")
         rig.until(lambda: len(rig.queue.sent) == 1)
