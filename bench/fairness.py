@@ -153,7 +153,7 @@ def main(
     seconds: float = 20.0,
     spacing_ms: float = 50.0,
     burst_every_s: float = 5.0,
-    batch_tokens: int = 1024,
+    batch_tokens: int = 256,
     share_seconds: float = 40.0,
 ) -> None:
     settings = Settings()

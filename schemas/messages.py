@@ -57,6 +57,15 @@ class EmbedParams(_Message):
 
 Priority = Literal["interactive", "default", "batch", "sheddable"]
 SHED_SHARE = 0.5  # a sheddable request is overloaded at this share of its bucket's bound
+RANKED: tuple[str, ...] = ("interactive", "default")  # then every other class, last
+
+
+def priority_rank(priority: str) -> int:
+    """A class's rank, 0 first: ``interactive``, ``default``, then ``batch``, ``sheddable``
+    (and anything unknown) together. The dispatcher fills batches in this order and the
+    continuous decoder lets a better-ranked row preempt a worse one."""
+    return RANKED.index(priority) if priority in RANKED else len(RANKED)
+
 
 TokenBias = tuple[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=-100.0, le=100.0)]]
 

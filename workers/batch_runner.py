@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -32,6 +33,7 @@ from headrace.schemas.messages import (
     StreamDelta,
     Timings,
     Usage,
+    priority_rank,
 )
 from headrace.sessions.prompt import render_prompt
 from headrace.workers.admission import admission_error
@@ -304,7 +306,7 @@ def _generate(
             return watched.cancelled()
         return {row for row, c in enumerate(ctx.ledger.cancelled(keys)) if c}
 
-    encoded = [enc for _, enc in runnable]
+    encoded = [replace(enc, rank=priority_rank(i.request.priority)) for i, enc in runnable]
     streaming = on_delta if any(p.stream for p in params) else None  # else no text per token
     try:
         outputs = backend.generate(encoded, params, streaming, cancelled, on_finished)

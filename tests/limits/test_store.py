@@ -41,6 +41,17 @@ def test_overrides_are_set_read_and_cleared(store: LimitsStore) -> None:
     assert other.overrides() == {"globex": TenantLimits(tokens_per_window=1000)}
 
 
+def test_a_weight_is_kept_and_an_unreadable_override_falls_back_to_the_defaults(
+    store: LimitsStore,
+) -> None:
+    store.set_limits("gold", TenantLimits(weight=3.0))
+    store.redis.hset(f"{store.prefix}:limits", "broken", '{"weight": -1}')  # by hand
+    store.redis.incr(f"{store.prefix}:limits:version")
+    assert store.overrides() == {"gold": TenantLimits(weight=3.0)}
+    with pytest.raises(ValueError, match="weight must be positive"):
+        TenantLimits(weight=0)
+
+
 def test_counts_from_two_dispatchers_add_up_per_tenant(store: LimitsStore) -> None:
     second, window = int(WALL), int(WALL // 3600)
     one = {"acme": TenantUsage(requests={second: 2}, tokens={window: 30})}

@@ -104,6 +104,9 @@ class EncodedItem:
     token_count: int
     truncated: bool = False
     too_long: bool = False
+    # its request's class (``schemas.messages.priority_rank``, 0 first): the continuous
+    # decoder takes better-ranked rows first and lets them preempt worse-ranked ones
+    rank: int = 1
 
 
 class Sampling(Protocol):

@@ -15,6 +15,12 @@ loop, on its own thread, repeats:
    rows below them move up), and the leading columns no row uses any more are
    cut off.
 
+Rows wait in the order of their class (``EncodedItem.rank``: interactive, default, then the
+rest), and when the loop is full a waiting row may **preempt** a running row of a worse
+class (the newest such first): the running row's KV cache is dropped and it waits at the
+head of its class, to resume by recompute (its prompt and the tokens it has so far are
+prefilled again; its sampling goes on at the same step, its stream stays ordered).
+
 A row keeps every property of a statically batched one (``generation.py``): its own sampling
 parameters and seed, stop sequences, deltas that never hold the start of a stop
 sequence, cancellation (rows end with ``abort``). Its tokens do not depend on who it ran
@@ -61,6 +67,7 @@ class _Job:
 
     prompts: list[list[int]]
     rows: list[Any]  # generation._Row, one per prompt
+    ranks: list[int] = field(default_factory=list)  # each row's class, 0 first
     # (row, text): a delta; (row, None): the row finished; None: every row finished
     events: queue.SimpleQueue[tuple[int, str | None] | None] = field(
         default_factory=queue.SimpleQueue
@@ -124,6 +131,7 @@ class ContinuousDecoder:
         step_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
         pulse: Pulse | None = None,
         kv_tokens: int | None = None,
+        preempt: bool = True,
     ) -> None:
         self.model = model
         self._new_row = new_row
@@ -138,6 +146,8 @@ class ContinuousDecoder:
         # running row fits at its longest; None: only max_rows bounds them
         self.kv_tokens = kv_tokens
         self.cancel_check_s = cancel_check_s
+        self.preempt = preempt  # a better class may take a worse one's place when full
+        self.preempted = 0  # rows that gave their place up (and were resumed later)
         self._waiting: deque[tuple[_Job, int]] = deque()
         self._running: RunningBatch[_Live] = RunningBatch()
         self._wake = threading.Condition()
@@ -175,13 +185,14 @@ class ContinuousDecoder:
                 self._new_row(p, len(item.ids), on_delta is not None)
                 for item, p in zip(items, params, strict=True)
             ],
+            ranks=[item.rank for item in items],
             left=len(items),
             streams=on_delta is not None,
         )
         with self._wake:
             if self._closed:
                 raise RuntimeError("the decoder is closed")
-            self._waiting.extend((job, i) for i in range(len(items)))
+            self._enqueue([(job, i) for i in range(len(items))])
             self._wake.notify()
         checked = time.monotonic()
         ended = False
@@ -254,13 +265,24 @@ class ContinuousDecoder:
         """The rows to prefill now. A prefill is a forward pass of its own, so rows join a
         running batch every ``join_every`` steps, or at once when they would make it grow by
         a quarter or it is empty. At most ``max_rows`` run, and, with ``kv_tokens``, only as
-        many as the KV cache holds at their longest (``kv_fits``); the rest wait in order."""
-        running = len(self._running)
-        room = self.max_rows - running
-        if not self._waiting or room <= 0:
+        many as the KV cache holds at their longest (``kv_fits``); the rest wait in order.
+        When full, better-classed waiting rows preempt worse-classed running ones
+        (``_preempt``) at the join that is due."""
+        if not self._waiting:
             return []
         due = self.steps - self._joined_at >= self.join_every
-        if not (due or not running or len(self._waiting) * 4 >= running):
+        if not (due or not self._running or len(self._waiting) * 4 >= len(self._running)):
+            return []
+        if self.preempt:
+            try:
+                with torch.inference_mode():  # the cache's tensors are inference tensors
+                    self._preempt()
+            except Exception as exc:  # as a failed step: its rows fail, the loop goes on
+                log.warning("preempting failed for %d rows: %r", len(self._running), exc)
+                self._fail({live.job for live in self._running.rows}, exc)
+        running = len(self._running)
+        room = self.max_rows - running
+        if room <= 0:
             return []
         longest = max((self._need(live.job, live.index) for live in self._running.rows), default=0)
         joining: list[tuple[_Job, int]] = []
@@ -275,6 +297,50 @@ class ContinuousDecoder:
             self._joined_at = self.steps
         return joining
 
+    def _enqueue(self, entries: list[tuple[_Job, int]], resumed: bool = False) -> None:
+        """Waiting rows in class order: a new row after every row of its class or a better
+        one, a resumed row before the others of its class (it came first)."""
+        for entry in entries:
+            rank = _rank(entry)
+            last = self._waiting[-1] if self._waiting else None
+            if not resumed and (last is None or _rank(last) <= rank):
+                self._waiting.append(entry)  # the usual case: one class
+                continue
+            at = next(
+                (
+                    k
+                    for k, waiting in enumerate(self._waiting)
+                    if _rank(waiting) > rank or (resumed and _rank(waiting) == rank)
+                ),
+                len(self._waiting),
+            )
+            self._waiting.insert(at, entry)
+
+    def _preempt(self) -> None:
+        """When the running batch is full, the waiting rows of a better class than some
+        running rows take their places: the worst-classed running rows, newest first (the
+        least decoding lost), leave the batch and wait to be resumed. Only the row count
+        makes room this way; a row the KV cache cannot hold waits as before."""
+        free = self.max_rows - len(self._running)
+        victims = sorted(
+            (live for live in self._running.rows if live.row.finish is None),
+            key=lambda live: (-live.job.ranks[live.index], len(live.row.ids)),
+        )
+        evicted: list[_Live] = []
+        for entry in self._waiting:
+            if free > 0:
+                free -= 1  # it joins without anyone leaving
+                continue
+            if not victims or victims[0].job.ranks[victims[0].index] <= _rank(entry):
+                break
+            evicted.append(victims.pop(0))
+        if not evicted:
+            return
+        gone = {id(live) for live in evicted}
+        self._running.keep([k for k, live in enumerate(self._running.rows) if id(live) not in gone])
+        self._enqueue([(live.job, live.index) for live in reversed(evicted)], resumed=True)
+        self.preempted += len(evicted)
+
     def _need(self, job: _Job, index: int) -> int:
         """KV tokens a row may come to hold: its prompt and all it may generate."""
         max_tokens: int = job.rows[index].params.max_tokens
@@ -285,14 +351,14 @@ class ContinuousDecoder:
         prefill pads every row to its longest (rows of 4 to 40 words joining together were
         half padding), and rows of similar length side by side keep the chunked attention's
         chunks narrow (``ragged_attention``)."""
-        lengths = [len(job.prompts[i]) for job, i in joining]
+        lengths = [len(_context(job, i)) for job, i in joining]
         for group in by_length(joining, lengths, PREFILL_OVERHEAD_TOKENS):
             self._prefill(group)
 
     def _prefill(self, joining: list[tuple[_Job, int]]) -> None:
         """Prefill the joining rows together, take each one's first token, and add the
         unfinished ones to the running batch."""
-        prompts = [job.prompts[i] for job, i in joining]
+        prompts = [_context(job, i) for job, i in joining]
         longest = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), longest), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), longest), dtype=torch.long)
@@ -304,7 +370,7 @@ class ContinuousDecoder:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache = out[self.cache_arg]
         check_layers(cache)
-        new = [_Live(job, i, position=len(job.prompts[i])) for job, i in joining]
+        new = [_Live(job, i, position=len(p)) for (job, i), p in zip(joining, prompts, strict=True)]
         self._take_all(new, out.logits[:, -1, :])
         keep = [k for k, live in enumerate(new) if live.row.finish is None]
         if not keep:
@@ -401,6 +467,18 @@ class ContinuousDecoder:
     def _fail_all(self, exc: BaseException) -> None:
         jobs = {live.job for live in self._running.rows} | {job for job, _ in self._waiting}
         self._fail(jobs, exc)
+
+
+def _rank(entry: tuple[_Job, int]) -> int:
+    job, index = entry
+    return job.ranks[index] if job.ranks else 1
+
+
+def _context(job: _Job, index: int) -> list[int]:
+    """What a row's prefill reads: its prompt, and the tokens it has so far when it resumes
+    after giving its place up (none for a new row)."""
+    ids: list[int] = job.rows[index].ids
+    return job.prompts[index] + ids if ids else job.prompts[index]
 
 
 def kv_fits(rows: int, longest: int, kv_tokens: int | None) -> bool:

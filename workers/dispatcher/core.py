@@ -20,6 +20,7 @@ from cachetools import FIFOCache
 
 from headrace.schemas.messages import (
     Completion,
+    priority_rank,
 )
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
@@ -27,7 +28,7 @@ from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.bulk_share import BulkShare
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.deferrals import Deferrals
-from headrace.workers.dispatcher.fair import FairBatcher, band_of
+from headrace.workers.dispatcher.fair import FairBatcher
 from headrace.workers.dispatcher.flights import (
     DispatcherStats,
     Flights,
@@ -323,7 +324,7 @@ class DispatcherCore:
         return FairBatcher(
             self.config.batcher(lane, clock),
             tenant_of=lambda p: p.item.request.tenant if fair else "",
-            band_of_item=lambda p: band_of(p.item.request.priority) if fair else 0,
+            band_of_item=lambda p: priority_rank(p.item.request.priority) if fair else 0,
             weight=lambda tenant: self.quotas.weight(tenant),
             batch_tokens=budget,
             max_wait_ms=self.config.max_wait_ms,

@@ -6,7 +6,8 @@ then the next items are taken round the tenants, each given ``quantum x weight``
 turn (Shreedhar and Varghese's deficit round robin, by tokens rather than bytes), so a batch
 is filled from tenants in proportion to their weights, not to their arrival rates. A tenant
 alone takes everything (work-conserving). Bands go strictly in order (``interactive``, then
-``default``, then ``sheddable`` and anything else), each with its own round.
+``default``, then ``sheddable`` and anything else: ``schemas.messages.priority_rank``), each
+with its own round.
 
 Batches are formed as late as they can be, when the bucket has a free slot or this lane has
 no batch ready (``take``), so the choice is made over every tenant's waiting requests. The
@@ -30,13 +31,7 @@ from headrace.workers.dispatcher.batcher import Batcher
 
 T = TypeVar("T")
 
-BANDS: tuple[str, ...] = ("interactive", "default")  # then every other class, last
 _EPSILON_S = 1e-9
-
-
-def band_of(priority: str) -> int:
-    """A class's band: 0 first; ``sheddable`` and ``batch`` (and anything unknown) last."""
-    return BANDS.index(priority) if priority in BANDS else len(BANDS)
 
 
 @dataclass

@@ -5,6 +5,7 @@ arrives while a long one decodes finishes first; cancel, deltas and failures sta
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -288,3 +289,80 @@ def test_each_row_is_charged_its_share_of_the_passes_it_was_in_and_the_charges_a
     loop_s = decoder.pass_s - passes_before
     assert charged_s == pytest.approx(loop_s, rel=0.05)
     assert charged_s <= wall_s  # each batch's wall time once per batch would be ~6x more
+
+
+@pytest.fixture(scope="module")
+def four_rows(
+    pair: tuple[GenerationBackend, GenerationBackend], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GenerationBackend]:
+    """A loop of four rows (the same context-sensitive build), to be filled."""
+    backend = load_test_lm(continuous_rows=4, model_dir=context_lm(tmp_path_factory.mktemp("lm")))
+    yield backend
+    backend.close()
+
+
+def _ranked(items: list[EncodedItem], rank: int) -> list[EncodedItem]:
+    return [dataclasses.replace(item, rank=rank) for item in items]
+
+
+def _full_then_interactive(
+    backend: GenerationBackend, static: GenerationBackend
+) -> tuple[dict[str, list[Generated]], dict[str, int], dict[int, list[str]], list[Generated]]:
+    """Four batch-class rows of LONG tokens fill the loop; an interactive row of SHORT comes
+    once they decode. What each caller got, the step each finished at, the batch rows'
+    deltas, and what the batch rows get decoded alone."""
+    decoder = _decoder(backend)
+    items = _prompts(backend, 5)
+    batch_items, [fast] = _ranked(items[:4], 2), _ranked(items[4:], 0)
+    alone = [static.generate([i], [GenerateParams(max_tokens=LONG)])[0] for i in batch_items]
+    out: dict[str, list[Generated]] = {}
+    finished_at: dict[str, int] = {}
+    deltas: dict[int, list[str]] = {i: [] for i in range(4)}
+    started = decoder.steps
+
+    def batch() -> None:
+        out["batch"] = backend.generate(
+            batch_items,
+            [GenerateParams(max_tokens=LONG)] * 4,
+            on_delta=lambda row, text: deltas[row].append(text),
+        )
+        finished_at["batch"] = decoder.steps
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    while decoder.steps < started + 5:  # the four rows are decoding: the loop is full
+        assert thread.is_alive()
+    out["interactive"] = backend.generate([fast], [GenerateParams(max_tokens=SHORT)])
+    finished_at["interactive"] = decoder.steps
+    thread.join(120)
+    return out, {k: v - started for k, v in finished_at.items()}, deltas, alone
+
+
+def test_an_interactive_row_preempts_a_batch_row_of_a_full_loop_which_resumes_intact(
+    pair: tuple[GenerationBackend, GenerationBackend], four_rows: GenerationBackend
+) -> None:
+    static, _ = pair
+    decoder = _decoder(four_rows)
+    preempted = decoder.preempted
+    out, finished_at, deltas, alone = _full_then_interactive(four_rows, static)
+    assert decoder.preempted - preempted == 1  # one place for one row
+    assert out["interactive"][0].completion_tokens == SHORT
+    assert finished_at["interactive"] <= 5 + decoder.join_every + SHORT + 2  # it went in at once
+    assert finished_at["interactive"] < finished_at["batch"]
+    # the preempted row resumed by recompute: the same tokens as alone, its stream in order
+    assert [g.token_ids for g in out["batch"]] == [g.token_ids for g in alone]
+    assert all("".join(deltas[i]) == out["batch"][i].text for i in range(4))
+
+
+def test_without_preemption_the_interactive_row_waits_for_a_place(
+    pair: tuple[GenerationBackend, GenerationBackend], four_rows: GenerationBackend
+) -> None:
+    static, _ = pair
+    decoder = _decoder(four_rows)
+    decoder.preempt = False
+    try:
+        out, finished_at, _, _ = _full_then_interactive(four_rows, static)
+    finally:
+        decoder.preempt = True
+    assert out["interactive"][0].completion_tokens == SHORT
+    assert finished_at["interactive"] > LONG  # behind a row of LONG tokens

@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.limits.policy import TenantLimits
+from headrace.schemas.messages import priority_rank
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.batcher import DynamicBatcher
-from headrace.workers.dispatcher.fair import FairBatcher, band_of
+from headrace.workers.dispatcher.fair import FairBatcher
 from tests.clock import FakeClock
 from tests.workers.dispatcher.rig import Rig, ids, of
 
@@ -31,7 +32,7 @@ def make(
     fair: FairBatcher[Item] = FairBatcher(
         DynamicBatcher(budget, 20, clock),
         tenant_of=lambda item: item[0],
-        band_of_item=lambda item: band_of(item[3]),
+        band_of_item=lambda item: priority_rank(item[3]),
         weight=lambda tenant: weights.get(tenant, 1.0),
         batch_tokens=budget,
         max_wait_ms=20,
@@ -105,7 +106,12 @@ def test_interactive_goes_before_default_and_sheddable_after_both() -> None:
     interactive = put(fair, "c", 4, priority="interactive")
     fair_items = [i for b in batches(fair, 10) for i in b]
     assert fair_items == interactive + default + shed
-    assert band_of("batch") == band_of("sheddable") > band_of("default") > band_of("interactive")
+    assert (
+        priority_rank("batch")
+        == priority_rank("sheddable")
+        > priority_rank("default")
+        > priority_rank("interactive")
+    )
 
 
 def test_busy_workers_leave_the_queue_alone_until_a_batch_is_worth_forming() -> None:
