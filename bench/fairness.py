@@ -3,8 +3,13 @@
 (a) a quiet tenant sends one request every ``--spacing-ms``, alone, then beside a noisy
     tenant that sends ten times as many in bursts (every ``--burst-every-s``): the quiet
     tenant's p50/p99, with fair share and with arrival order (``HEADRACE_FAIR_SHARE=false``);
+(a') a quiet request sent just behind a 1,500-request flood of the noisy tenant: its latency
+    as a share of the time the flood still took (what tests/integration/test_fairness.py
+    bounds), with fair share and with arrival order;
 (b) two tenants of weights 3 and 1 (``headrace limits set``), both keeping a deep backlog:
-    the tokens each was served in every 10 s window after a 5 s warm-up, and their ratio.
+    the tokens each was served in every 10 s window after a 5 s warm-up, and their ratio;
+(d) the continuous decoder (the test LM, in this process) full of ``batch`` rows of 256
+    tokens: an interactive request's time to first token, with preemption and without.
 
 Batches of ``--batch-tokens`` padded tokens (a batch cannot be interrupted: a quiet request
 waits for what its workers are computing when it comes).
@@ -14,6 +19,8 @@ waits for what its workers are computing when it comes).
 
 from __future__ import annotations
 
+import dataclasses
+import multiprocessing
 import os
 import threading
 import time
@@ -21,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -31,10 +39,12 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.limits.policy import TenantLimits
 from headrace.limits.store import LimitsStore
+from headrace.models import tiny_lm
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import local_pipeline
 from headrace.producers.client import Client
-from headrace.schemas.messages import Reply
+from headrace.schemas.messages import GenerateParams, Reply
+from headrace.workers.backends.generation import GenerationBackend
 
 console = Console(width=120)
 TEXT = "how long is the headrace of the old mill by the river"  # one length for everyone
@@ -58,9 +68,17 @@ def quiet_latencies(client: Client, seconds: float, spacing_s: float) -> list[fl
         futures.append(future)
         next_at += spacing_s
         time.sleep(max(0.0, next_at - time.perf_counter()))
+    legs: dict[str, list[float]] = {"queued": [], "batch_wait": [], "compute": []}
     for future in futures:
         reply = future.result(120)
-        assert reply.result is not None, reply.error
+        assert reply.result is not None and reply.timings is not None, reply.error
+        legs["queued"].append(reply.timings.queued_ms)
+        legs["batch_wait"].append(reply.timings.batch_wait_ms)
+        legs["compute"].append(reply.timings.compute_ms)
+    console.print(
+        "  legs p50/p99 ms: "
+        + ", ".join(f"{k} {pct(v, 0.5):.0f}/{pct(v, 0.99):.0f}" for k, v in legs.items())
+    )
     return [(ended[i] - began[i]) * 1000 for i in range(len(began))]
 
 
@@ -71,30 +89,35 @@ def _stamp(ended: dict[int, float], i: int) -> Callable[[Future[Reply]], None]:
     return done
 
 
-@contextmanager
-def bursts(client: Client, per_s: float, every_s: float) -> Iterator[list[Future[Reply]]]:
-    """``per_s`` requests a second, sent all at once every ``every_s``, until the block
-    ends; then every one of them is awaited."""
-    stop = threading.Event()
-    sent: list[Future[Reply]] = []
-
-    def flood() -> None:
+def _flood_process(env: dict[str, str], per_s: float, every_s: float, stop: Any) -> None:
+    """The noisy tenant, in a process of its own (its serialising does not hold the quiet
+    client's interpreter lock): a burst of ``per_s x every_s`` requests every ``every_s``
+    until ``stop`` is set, then every reply awaited."""
+    os.environ.update(env)
+    with Client(Settings(), tenant="noisy") as client:
+        sent: list[Future[Reply]] = []
         n = 0
         while not stop.is_set():
             texts = [f"{TEXT} noise {n + k}" for k in range(int(per_s * every_s))]
             sent.extend(s.future for s in client.submit_many(texts))
             n += len(texts)
             stop.wait(every_s)
-
-    thread = threading.Thread(target=flood, name="noisy", daemon=True)
-    thread.start()
-    try:
-        yield sent
-    finally:
-        stop.set()
-        thread.join()
         for future in sent:
             future.result(300)
+
+
+@contextmanager
+def bursts(env: dict[str, str], per_s: float, every_s: float) -> Iterator[None]:
+    """The noisy tenant's bursts while the block runs (``_flood_process``)."""
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    process = context.Process(target=_flood_process, args=(env, per_s, every_s, stop))
+    process.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        process.join(300)
 
 
 def share_windows(clients: dict[str, Client], seconds: float, backlog: int) -> dict[str, list[int]]:
@@ -132,10 +155,7 @@ def share_windows(clients: dict[str, Client], seconds: float, backlog: int) -> d
     }
 
 
-def scenario_a(
-    settings: Settings, env: dict[str, str], seconds: float, spacing_s: float, every_s: float
-) -> tuple[list[float], list[float]]:
-    """(quiet alone, quiet beside the noisy tenant) latencies, ms."""
+def flood_run(settings: Settings, env: dict[str, str]) -> float:
     with (
         local_pipeline(env, settings.device, settings.torch_threads),
         Client(settings, tenant="quiet") as quiet,
@@ -143,10 +163,75 @@ def scenario_a(
     ):
         quiet.embed(["warm the connections"])
         noisy.embed(["warm the connections"])
+        return flood_share(noisy, quiet)
+
+
+def scenario_a(
+    settings: Settings, env: dict[str, str], seconds: float, spacing_s: float, every_s: float
+) -> tuple[list[float], list[float]]:
+    """(quiet alone, quiet beside the noisy tenant) latencies, ms."""
+    with (
+        local_pipeline(env, settings.device, settings.torch_threads),
+        Client(settings, tenant="quiet") as quiet,
+    ):
+        quiet.embed(["warm the connections"])
         alone = quiet_latencies(quiet, seconds, spacing_s)
-        with bursts(noisy, NOISE_FACTOR / spacing_s, every_s):
+        with bursts(env, NOISE_FACTOR / spacing_s, every_s):
             beside = quiet_latencies(quiet, seconds, spacing_s)
     return alone, beside
+
+
+def flood_share(client_noisy: Client, client_quiet: Client, flood: int = 1500) -> float:
+    """A quiet request sent once the flood flows: its latency over the flood's rest."""
+    texts = [f"{TEXT} flood {i}" for i in range(flood)]
+    sent = client_noisy.submit_many(texts)
+    while sum(s.future.done() for s in sent) < 50:
+        time.sleep(0.01)
+    began = time.perf_counter()
+    reply = client_quiet.submit(f"{TEXT} behind the flood").result(120)
+    latency = time.perf_counter() - began
+    assert reply.result is not None, reply.error
+    for submission in sent:
+        submission.result(300)
+    return latency / (time.perf_counter() - began)
+
+
+def time_to_first_token(preempt: bool, rows: int = 8, long_tokens: int = 256) -> float:
+    """ms from an interactive request's arrival to its first token, with the decode loop
+    full of ``rows`` batch-class rows of ``long_tokens`` tokens (test LM, CPU)."""
+    backend = GenerationBackend(
+        tiny_lm.NAME,
+        tiny_lm.ensure(tiny_lm.cache_dir()),
+        tiny_lm.MAX_POSITIONS,
+        device="cpu",
+        continuous_rows=rows,
+    )
+    backend.load_weights()
+    backend.build()
+    decoder = backend.decoder
+    assert decoder is not None
+    decoder.preempt = preempt
+    try:
+        items = backend.encode(
+            [f"the water runs to mill {i}" for i in range(rows + 1)], [False] * (rows + 1)
+        )
+        batch = [dataclasses.replace(item, rank=2) for item in items[:rows]]
+        long = [GenerateParams(max_tokens=long_tokens)] * rows
+        thread = threading.Thread(target=backend.generate, args=(batch, long))
+        thread.start()
+        while decoder.steps < 5:
+            time.sleep(0.001)
+        first: list[float] = []
+        began = time.perf_counter()
+        backend.generate(
+            [dataclasses.replace(items[rows], rank=0)],
+            [GenerateParams(max_tokens=8, stream=True)],
+            on_delta=lambda _, __: first.append(time.perf_counter()) if not first else None,
+        )
+        thread.join(300)
+        return (first[0] - began) * 1000
+    finally:
+        backend.close()
 
 
 def main(
@@ -162,6 +247,8 @@ def main(
     if started:
         stack.up()
     rows: list[tuple[str, list[float]]] = []
+    shares: list[tuple[bool, float]] = []
+    ttft = {preempt: time_to_first_token(preempt) for preempt in (True, False)}
     try:
         for fair in (True, False):
             prefix = f"bench-fair-{uuid.uuid4().hex[:6]}"
@@ -171,6 +258,7 @@ def main(
                 "HEADRACE_MAX_BATCH_TOKENS": str(batch_tokens),
             }
             os.environ.update(env)
+            shares.append((fair, flood_run(Settings(), env)))
             alone, beside = scenario_a(Settings(), env, seconds, spacing_ms / 1000, burst_every_s)
             order = "fair share" if fair else "arrival order"
             rows += [(f"{order}: quiet alone", alone), (f"{order}: beside noisy", beside)]
@@ -211,15 +299,25 @@ def main(
         f"{batch_tokens} padded tokens"
     )
     console.print(table)
-    shares = Table("(b) window", "gold (weight 3)", "plain (weight 1)", "gold / plain")
+    console.print(
+        "(a') a quiet request just behind a 1,500-request flood: its latency / the flood's "
+        "remaining time: "
+        + ", ".join(f"{'fair share' if f else 'arrival order'} {v:.2f}" for f, v in shares)
+    )
+    shares_table = Table("(b) window", "gold (weight 3)", "plain (weight 1)", "gold / plain")
     for w, (g, p) in enumerate(zip(served["gold"], served["plain"], strict=True)):
         ratio = f"{g / p:.2f}" if p else "-"
-        shares.add_row(f"{w * WINDOW_S:g}-{(w + 1) * WINDOW_S:g} s", str(g), str(p), ratio)
+        shares_table.add_row(f"{w * WINDOW_S:g}-{(w + 1) * WINDOW_S:g} s", str(g), str(p), ratio)
     console.print(
         f"(b) requests answered per {WINDOW_S:g} s window after a 5 s warm-up, both "
         "tenants saturating"
     )
-    console.print(shares)
+    console.print(shares_table)
+    console.print(
+        "(d) interactive time to first token, the decoder full of 8 batch rows of 256 "
+        f"tokens (test LM, CPU): with preemption {ttft[True]:.1f} ms, without "
+        f"{ttft[False]:.1f} ms ({ttft[False] / ttft[True]:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

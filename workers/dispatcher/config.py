@@ -61,7 +61,7 @@ class CoreConfig:
     # fair share (fair.py): tokens a tenant of weight 1 is given a turn, and the tokens read
     # ahead of the workers (per bucket and lane) before a lane's topic is paused
     fair_share: bool = True  # False: arrival order (one queue, one band)
-    fair_quantum_tokens: int = 256
+    fair_quantum_tokens: int | None = None  # None: a 16th of the lane's batch budget
     fair_read_ahead_tokens: int = 65_536
 
     def batcher(self, lane: Lane, clock: Callable[[], float]) -> Batcher[Pending]:

@@ -50,6 +50,7 @@ from headrace.workers.dispatcher.workload import Workload
 log = logging.getLogger(__name__)
 
 CANCELLED_REMEMBERED = 100_000
+QUANTA_PER_BATCH = 16  # a tenant's turn, by default: this share of a batch's budget
 STATE_LOG_INTERVAL_S = 10.0
 
 
@@ -329,7 +330,7 @@ class DispatcherCore:
             batch_tokens=budget,
             max_wait_ms=self.config.max_wait_ms,
             read_ahead_tokens=self.config.fair_read_ahead_tokens,
-            quantum=self.config.fair_quantum_tokens,
+            quantum=self.config.fair_quantum_tokens or max(1, budget // QUANTA_PER_BATCH),
             clock=clock,
         )
 

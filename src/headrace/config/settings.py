@@ -169,12 +169,13 @@ class Settings(BaseSettings):
     max_inflight_batches_per_bucket: int = Field(default=8, ge=1)
     # Fair share: inside each bucket and lane, requests wait in one queue per tenant and
     # batches are filled round the tenants, fair_quantum_tokens x the tenant's weight a turn
+    # (none: a 16th of the lane's batch budget, so a turn is a small part of a batch)
     # (`headrace limits set T --weight W`; 1 by default), interactive before default before
     # sheddable. Up to fair_read_ahead_tokens tokens per bucket and lane are read ahead of the
     # workers (what fairness can choose from); then the lane's topic is paused.
     # False: one queue per bucket and lane, in arrival order (what bench-fairness compares)
     fair_share: bool = True
-    fair_quantum_tokens: int = Field(default=256, ge=1)
+    fair_quantum_tokens: int | None = Field(default=None, ge=1)
     fair_read_ahead_tokens: int = Field(default=65_536, ge=1)
     # Bulk jobs ride their own lane (topics <prefix>.requests.b<N>.bulk): online batches go
     # first; bulk holds at most the bucket's live workers less bulk_reserved_workers (at least
