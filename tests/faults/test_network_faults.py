@@ -52,8 +52,10 @@ def test_the_dispatcher_cut_from_the_broker_for_10_s(stack: LocalStack) -> None:
             seed=9,
             worker_env={"HEADRACE_KAFKA_PROXY_URL": ""},
             HEADRACE_KAFKA_PROXY_URL=f"http://{proxy.address}",
-            # few batches out: most requests are still on their topics when it is cut
+            # few batches out and little read ahead: most requests are still on their
+            # topics when it is cut
             HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",
+            HEADRACE_FAIR_READ_AHEAD_TOKENS="64",
         )
         # what the cut held: fetches, commits, heartbeats (the dispatcher serves on from the
         # records it had fetched; its commits fail until the heal, and it joins again)

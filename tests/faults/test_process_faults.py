@@ -140,9 +140,10 @@ def test_one_of_two_dispatchers_killed_the_other_takes_its_partitions(stack: Loc
         dispatchers=2,
         HEADRACE_TORCH_THREADS="1",
         HEADRACE_REQUEST_PARTITIONS=str(PARTITIONS),
-        # few batches out at a time: most of the victim's share is still on its partitions
-        # (or held by it) when it dies, so the survivor must serve it
+        # few batches out at a time and little read ahead: most of the victim's share is
+        # still on its partitions (or held by it) when it dies, so the survivor must serve it
         HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",
+        HEADRACE_FAIR_READ_AHEAD_TOKENS="64",
     )
     after = [(t, n) for t, n in assignments(seen["survivor"]) if t >= seen["killed_at"] - 1]
     took_all = [t for t, n in after if n == every]
@@ -191,7 +192,8 @@ def test_a_dispatcher_killed_during_a_rebalance(stack: LocalStack) -> None:
         client_settings=NO_RESENDS,
         HEADRACE_TORCH_THREADS="1",
         HEADRACE_REQUEST_PARTITIONS=str(PARTITIONS),
-        HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",  # batches wait: buckets get paused
+        HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",  # batches wait, and with a read-ahead
+        HEADRACE_FAIR_READ_AHEAD_TOKENS="64",  # of a few requests the buckets get paused
     )
     assert seen["assigned_before"] == [], "the rebalance ended before the kill"
     after = [
