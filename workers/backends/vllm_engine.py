@@ -4,7 +4,9 @@ Each row of a batch is added to the engine as its own request (``engine.generate
 sampling_params, request_id)``, an async generator of cumulative ``RequestOutput``s); vLLM's
 continuous batching schedules them with whatever else is running. The engine lives on an
 event loop in a background thread; the Celery task thread waits on a queue and gets every
-delta on its own thread, in order per row. ``abort`` ends rows early (cancel).
+delta on its own thread, in order per row. ``abort`` ends rows early (cancel). With
+``vllm_priority_scheduling`` the engine runs vLLM's priority scheduler and each row carries
+its request's class (``EncodedItem.rank``) as vLLM's ``priority``.
 
 vLLM is imported only when a real engine is built; tests drive the adapter with a fake engine
 of the same interface (vLLM cannot run on these machines).
@@ -38,7 +40,7 @@ EngineFactory = Callable[[Path, dict[str, Any]], "AsyncEngine"]
 
 class AsyncEngine(Protocol):
     def generate(
-        self, prompt: Any, sampling_params: Any, request_id: str
+        self, prompt: Any, sampling_params: Any, request_id: str, **options: Any
     ) -> AsyncIterator[Any]: ...
 
     async def abort(self, request_id: str) -> None: ...
@@ -104,6 +106,8 @@ class VLLMBackend:
         self.model_dir = model_dir
         self.max_tokens = max_tokens
         self.engine_args = engine_args
+        # the request's class goes to vLLM only when its scheduler orders by it
+        self.priority_scheduling = engine_args.get("scheduling_policy") == "priority"
         self.device = "cuda (vLLM)"
         self.timings = LoadTimings()
         self._factory = engine_factory
@@ -209,7 +213,10 @@ class VLLMBackend:
         last: Any = None
         try:
             prompt = {"prompt_token_ids": item.ids}
-            async for output in self._engine.generate(prompt, self._sampling(params), rid):
+            # vLLM's priority scheduler: lower first, and it may preempt a worse-ranked row
+            ranked = {"priority": item.rank} if self.priority_scheduling else {}
+            sampling = self._sampling(params)
+            async for output in self._engine.generate(prompt, sampling, rid, **ranked):
                 last = output
                 text = output.outputs[0].text
                 if len(text) > sent:

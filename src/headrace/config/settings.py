@@ -134,6 +134,9 @@ class Settings(BaseSettings):
     vllm_max_num_seqs: int = Field(default=256, ge=1)
     vllm_max_num_batched_tokens: int | None = Field(default=None, ge=1)
     vllm_enable_prefix_caching: bool = True
+    # vLLM's priority scheduler (scheduling_policy="priority", a vLLM that has it): a row's
+    # class (interactive first) is its priority, and vLLM may preempt worse-ranked rows
+    vllm_priority_scheduling: bool = False
     sessions_s3_bucket: str = "headrace-sessions"  # idle conversation histories, zstd
     session_ttl_s: float = Field(default=7 * 24 * 3600, gt=0)  # in Redis since last write
     # the invalidator moves sessions idle for session_idle_s to S3, every
@@ -356,6 +359,8 @@ class Settings(BaseSettings):
         }
         if self.vllm_max_num_batched_tokens is not None:
             args["max_num_batched_tokens"] = self.vllm_max_num_batched_tokens
+        if self.vllm_priority_scheduling:
+            args["scheduling_policy"] = "priority"
         return args
 
     def kafka_options(self) -> dict[str, Any]:

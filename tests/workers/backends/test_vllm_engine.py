@@ -6,6 +6,7 @@ engine error fails the batch."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from headrace.config.settings import Settings
 from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Shape
 from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs
@@ -36,11 +38,17 @@ class FakeEngine:
         self.seen: list[dict[str, Any]] = []
         self.aborted: set[str] = set()
         self.started = threading.Event()
+        self.priorities: list[int | None] = []
 
     async def generate(
-        self, prompt: dict[str, list[int]], sampling: dict[str, Any], request_id: str
+        self,
+        prompt: dict[str, list[int]],
+        sampling: dict[str, Any],
+        request_id: str,
+        priority: int | None = None,
     ) -> AsyncIterator[Any]:
         self.seen.append(sampling)
+        self.priorities.append(priority)
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
@@ -160,3 +168,29 @@ def test_penalties_and_logit_bias_go_to_vllm_as_its_sampling_params() -> None:
     )
     assert (kwargs["presence_penalty"], kwargs["frequency_penalty"]) == (0.5, -1.0)
     assert kwargs["logit_bias"] == {3: -100.0}
+
+
+def test_a_rows_class_is_vllms_priority_only_under_its_priority_scheduler() -> None:
+    for policy, expected in (("priority", [0, 2]), (None, [None, None])):
+        engine = FakeEngine()
+        args = {"max_num_seqs": 8} | ({"scheduling_policy": policy} if policy else {})
+        backend = VLLMBackend(
+            "fake",
+            Path("/nonexistent"),
+            512,
+            args,
+            engine_factory=lambda path, args, engine=engine: engine,
+            sampling=sampling_kwargs,
+            tokenizer=FakeTokenizer(),
+        )
+        backend.load_weights()
+        items = [
+            dataclasses.replace(item, rank=rank)
+            for item, rank in zip(backend.encode(["a b", "c"], [False] * 2), (0, 2), strict=True)
+        ]
+        backend.generate(items, [GenerateParams(max_tokens=2)] * 2)
+        assert sorted(engine.priorities, key=str) == sorted(expected, key=str), policy
+        backend.close()
+    assert Settings(vllm_priority_scheduling=True).vllm_engine_args()["scheduling_policy"] == (
+        "priority"
+    )
