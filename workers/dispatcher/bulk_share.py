@@ -12,11 +12,20 @@ from headrace.workers.dispatcher.lanes import BucketLanes
 
 
 class BulkShare:
-    def __init__(self, config: CoreConfig, flights: Flights, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        config: CoreConfig,
+        flights: Flights,
+        clock: Callable[[], float],
+        online_waiting: Callable[[int], bool] = lambda _: False,
+    ) -> None:
+        """``online_waiting(bucket)``: online requests of the bucket wait to be batched."""
         self.config = config
         self.flights = flights
         self.clock = clock
+        self.online_waiting = online_waiting
         self._moved: dict[int, float] = {}  # bucket -> since when its bulk waits
+        self._online_busy: dict[int, float] = {}  # bucket -> when online work last waited or ran
 
     def moved(self, bucket: int) -> None:
         """A bulk batch of ``bucket`` went out."""
@@ -41,13 +50,33 @@ class BulkShare:
             max_inflight=self.config.max_inflight_batches_per_bucket,
             live_workers=len(live.get(bucket, ())),
             bulk_waited_s=self.clock() - self._moved[bucket] if waiting else None,
+            online_quiet_s=self._online_quiet(bucket, live),
         )
+
+    def _sharers(self, bucket: int, live: Mapping[int, frozenset[str]]) -> list[int]:
+        """``bucket`` and the buckets that share a live worker with it."""
+        mine = live.get(bucket, frozenset())
+        return [
+            other
+            for other in self.config.buckets
+            if other == bucket or mine & live.get(other, frozenset())
+        ]
 
     def _sharing(self, bucket: int, live: Mapping[int, frozenset[str]]) -> int:
         """Bulk batches in flight of the buckets that share a live worker with ``bucket``."""
-        mine = live.get(bucket, frozenset())
-        return sum(
-            self.flights.in_flight_count(other, "bulk")
-            for other in self.config.buckets
-            if other == bucket or mine & live.get(other, frozenset())
-        )
+        return sum(self.flights.in_flight_count(b, "bulk") for b in self._sharers(bucket, live))
+
+    def _online_quiet(self, bucket: int, live: Mapping[int, frozenset[str]]) -> float | None:
+        """Seconds since online work last waited or ran on ``bucket``'s workers (None: not
+        since this dispatcher started)."""
+        now = self.clock()
+        for other in self._sharers(bucket, live):
+            busy = (
+                self.online_waiting(other)
+                or self.flights.ready_count(other, "online")
+                or self.flights.in_flight_count(other, "online")
+            )
+            if busy:
+                self._online_busy[other] = now
+        seen = [self._online_busy[b] for b in self._sharers(bucket, live) if b in self._online_busy]
+        return now - max(seen) if seen else None

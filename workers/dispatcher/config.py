@@ -127,6 +127,7 @@ class CoreConfig:
             lanes=LanePolicy(
                 reserved_workers=settings.bulk_reserved_workers,
                 starvation_s=settings.bulk_starvation_s,
+                harvest_after_s=settings.bulk_harvest_after_s,
             ),
             limits=LimitsPolicy(
                 defaults=TenantLimits(

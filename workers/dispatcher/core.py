@@ -94,7 +94,9 @@ class DispatcherCore:
         )
         self.workload = Workload(config.buckets, config.scaling_prior_tokens_per_s)
         self.paused: set[tuple[int, Lane]] = set()  # (bucket, lane) whose topic is paused
-        self.bulk_share = BulkShare(config, self.flights, clock)
+        self.bulk_share = BulkShare(
+            config, self.flights, clock, lambda b: bool(len(self.batchers[b, "online"]))
+        )
         self.deferrals = Deferrals(clock)
         self._turn = 0
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)

@@ -11,6 +11,11 @@ bulk lane has had a batch ready and sent none for ``starvation_s`` sends one eve
 online batches are ready, if no bulk batch is in flight on its workers: a saturated online
 lane slows bulk down but never stops it. (Buckets sharing workers take the bulk share in
 turn: the core starts each pass at another bucket.)
+
+Harvest: once no online work has waited or run on the bucket's workers for
+``harvest_after_s``, bulk may hold every one of them (idle capacity is not left idle); the
+moment online work comes back the cap drops again, so online waits for at most one bulk
+batch (bulk batches are the smaller ones) before a worker is its.
 """
 
 from __future__ import annotations
@@ -24,8 +29,16 @@ from headrace.schemas.topics import Lane
 class LanePolicy:
     reserved_workers: int = 1
     starvation_s: float = 5.0
+    harvest_after_s: float | None = 1.0  # None: bulk never takes the reserved workers
 
-    def bulk_cap(self, live_workers: int) -> int:
+    def bulk_cap(self, live_workers: int, online_quiet_s: float | None = 0.0) -> int:
+        """``online_quiet_s``: since online work last waited or ran on these workers (None:
+        not since the dispatcher started)."""
+        quiet = online_quiet_s is None or (
+            self.harvest_after_s is not None and online_quiet_s >= self.harvest_after_s
+        )
+        if quiet and self.harvest_after_s is not None:
+            return max(1, live_workers)
         return max(1, live_workers - self.reserved_workers)
 
 
@@ -40,6 +53,8 @@ class BucketLanes:
     max_inflight: int
     live_workers: int
     bulk_waited_s: float | None  # since the bucket's bulk lane last moved (None: none ready)
+    # since online work last waited or ran on the bucket's workers (None: never seen)
+    online_quiet_s: float | None = 0.0
 
 
 def next_lane(state: BucketLanes, policy: LanePolicy) -> Lane | None:
@@ -56,6 +71,7 @@ def next_lane(state: BucketLanes, policy: LanePolicy) -> Lane | None:
         return "bulk"
     if state.online_ready:
         return "online"
-    if state.bulk_ready and state.bulk_on_its_workers < policy.bulk_cap(state.live_workers):
+    cap = policy.bulk_cap(state.live_workers, state.online_quiet_s)
+    if state.bulk_ready and state.bulk_on_its_workers < cap:
         return "bulk"
     return None

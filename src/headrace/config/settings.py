@@ -189,6 +189,9 @@ class Settings(BaseSettings):
     # back for online work sooner
     bulk_max_batch_tokens: int = Field(default=1024, ge=1)
     bulk_starvation_s: float = Field(default=5.0, gt=0)
+    # Harvest: once no online work has waited or run on a bucket's workers this long, bulk may
+    # hold every one of them (the reserved ones too) until online work comes back. None: never.
+    bulk_harvest_after_s: float | None = Field(default=1.0, ge=0)
     # Workers compute bulk batches on a thread of this niceness: the operating system gives
     # online work (batches, the dispatcher, the broker) the CPU first. 0 turns it off.
     bulk_nice: int = Field(default=10, ge=0, le=19)

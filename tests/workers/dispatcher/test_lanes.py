@@ -7,7 +7,8 @@ from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.lanes import BucketLanes, LanePolicy, next_lane
 from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of
 
-POLICY = LanePolicy(reserved_workers=1, starvation_s=5.0)
+POLICY = LanePolicy(reserved_workers=1, starvation_s=5.0, harvest_after_s=1.0)
+KEEP_ONE = LanePolicy(harvest_after_s=None)  # a worker kept for online even when it is idle
 
 
 def lanes(**overrides: object) -> BucketLanes:
@@ -48,7 +49,10 @@ def test_a_starving_bulk_batch_goes_out_even_while_online_is_busy() -> None:
 
 def test_through_the_core_online_overtakes_a_bulk_backlog() -> None:
     rig = Rig(
-        max_batch_tokens=16, bulk_max_batch_tokens=16, max_inflight_batches_per_bucket=4
+        max_batch_tokens=16,
+        bulk_max_batch_tokens=16,
+        max_inflight_batches_per_bucket=4,
+        lanes=KEEP_ONE,
     )  # a batch: 2 requests
     rig.workers({16: {"w1", "w2"}, 32: {"w1", "w2"}})
     rig.read(*[rig.request(f"bulk{i}", lane="bulk") for i in range(8)])
@@ -83,7 +87,12 @@ def test_through_the_core_bulk_moves_under_a_steady_online_load() -> None:
 
 
 def test_bulk_of_every_bucket_counts_against_the_workers_they_share() -> None:
-    rig = Rig(max_batch_tokens=16, bulk_max_batch_tokens=16, max_inflight_batches_per_bucket=4)
+    rig = Rig(
+        max_batch_tokens=16,
+        bulk_max_batch_tokens=16,
+        max_inflight_batches_per_bucket=4,
+        lanes=KEEP_ONE,
+    )
     rig.workers({16: {"w1", "w2"}, 32: {"w1", "w2"}})  # both workers serve both buckets
     rig.read(*[rig.request(f"short{i}", lane="bulk") for i in range(4)])
     rig.read(*[rig.request(f"long{i}", bucket=32, tokens=12, lane="bulk") for i in range(4)])
@@ -98,3 +107,31 @@ def test_a_bulk_request_too_long_for_its_topic_is_forwarded_in_its_lane() -> Non
     rig.workers()
     [forward] = of(ev.Forward, rig.read(rig.request("long", tokens=20, hint=8, lane="bulk")))
     assert forward.topic == TOPICS.requests(32, "bulk")
+
+
+def test_bulk_harvests_the_reserved_worker_only_once_online_has_been_quiet() -> None:
+    full = lanes(bulk_ready=True, bulk_on_its_workers=2, in_flight=2)  # 2 of 3 workers
+    assert next_lane(full, POLICY) is None  # online was busy just now: one stays free
+    assert next_lane(lanes(**{**full.__dict__, "online_quiet_s": 0.5}), POLICY) is None
+    assert next_lane(lanes(**{**full.__dict__, "online_quiet_s": 1.0}), POLICY) == "bulk"
+    assert next_lane(lanes(**{**full.__dict__, "online_quiet_s": None}), POLICY) == "bulk"
+    assert next_lane(lanes(**{**full.__dict__, "online_quiet_s": None}), KEEP_ONE) is None
+    every = lanes(bulk_ready=True, bulk_on_its_workers=3, in_flight=3, online_quiet_s=9.0)
+    assert next_lane(every, POLICY) is None  # one bulk batch per worker at most
+
+
+def test_through_the_core_bulk_fills_idle_workers_and_yields_when_online_comes() -> None:
+    rig = Rig(max_batch_tokens=16, bulk_max_batch_tokens=16, max_inflight_batches_per_bucket=4)
+    rig.workers({16: {"w1", "w2"}, 32: {"w1", "w2"}})
+    rig.read(*[rig.request(f"bulk{i}", lane="bulk") for i in range(8)])
+    sent = of(ev.SendBatch, rig.tick())
+    assert [s.queue for s in sent] == ["t.b16.bulk"] * 2  # no online seen: both workers
+    rig.read(rig.request("online1"), rig.request("online2"))
+    [online] = of(ev.SendBatch, rig.tick())
+    assert online.queue == "t.b16"  # it goes out now, to the first worker free
+    rig.complete(sent[0])
+    assert not of(ev.SendBatch, rig.tick(0.5))  # online just ran: bulk keeps one free again
+    rig.complete(online)
+    assert not of(ev.SendBatch, rig.tick(0.5))  # quiet for 0.5 s only
+    [harvest] = of(ev.SendBatch, rig.tick(0.6))  # quiet for 1.1 s: the idle worker is bulk's
+    assert harvest.queue == "t.b16.bulk"
