@@ -3,6 +3,11 @@ no bulk job, while a 100k-line bulk job runs on the bulk lane, and (to compare) 
 same job runs on the online lane, as every job did before lanes. Every figure in one run,
 on the local pipeline (one worker per core).
 
+Harvest: the bulk job's rate alone (no online traffic: every worker is idle capacity) is
+measured before the online requests start; beside them, what bulk could get is that rate
+times the share of worker-seconds online left idle (1 - online compute / (wall x
+workers)), and the row says how much of it bulk took.
+
     python -m bench.lanes [--lines 100000] [--online 200]
 """
 
@@ -28,7 +33,7 @@ from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus
 from headrace.jobs.store import JobStore
 from headrace.ops.localstack import LocalStack
-from headrace.ops.processes import local_pipeline
+from headrace.ops.processes import local_pipeline, local_workers
 from headrace.ops.sample_texts import long_tail_texts
 from headrace.producers.client import Client
 from headrace.schemas.messages import Reply
@@ -36,9 +41,10 @@ from headrace.schemas.topics import Lane
 
 console = Console(width=120)
 SPACING_S = 0.05
+ALONE_S = 8.0  # the bulk job's rate alone is measured over this long
 
 
-def online_latencies(client: Client, count: int) -> list[float]:
+def online_latencies(client: Client, count: int) -> tuple[list[float], float]:
     """A lone request every 50 ms (not waiting for the one before); each one's latency, ms."""
     texts = long_tail_texts(count, seed=21)
     began: list[float] = []
@@ -63,7 +69,8 @@ def online_latencies(client: Client, count: int) -> list[float]:
         "  legs p50/p99 ms: "
         + ", ".join(f"{k} {pct(v, 0.5):.0f}/{pct(v, 0.99):.0f}" for k, v in legs.items())
     )
-    return [(ended[i] - began[i]) * 1000 for i in range(len(texts))]
+    busy_s = sum(legs["compute"]) / 1000  # lone requests: a batch each, about
+    return [(ended[i] - began[i]) * 1000 for i in range(len(texts))], busy_s
 
 
 def _stamp(ended: dict[int, float], i: int) -> Callable[[Future[Reply]], None]:
@@ -71,6 +78,12 @@ def _stamp(ended: dict[int, float], i: int) -> Callable[[Future[Reply]], None]:
         ended[i] = time.perf_counter()
 
     return done
+
+
+def completed_per_s(store: JobStore, job_id: str, seconds: float) -> float:
+    before = store.get(job_id).completed
+    time.sleep(seconds)
+    return (store.get(job_id).completed - before) / seconds
 
 
 def run_job(
@@ -99,34 +112,45 @@ def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
     source.write_text("\n".join(t.replace("\n", " ") for t in long_tail_texts(lines, seed=seed)))
     os.environ["HEADRACE_SQL_URL"] = f"sqlite:///{work}/jobs-{prefix}.db"
     store = JobStore(os.environ["HEADRACE_SQL_URL"])
-    rows: list[tuple[str, list[float], float | None]] = []
+    rows: list[tuple[str, list[float], float | None, float | None]] = []
     try:
         with (
             local_pipeline(env, settings.device, settings.torch_threads),
             Client(settings, tenant="online") as client,
         ):
             client.embed(["warm the connections"])
-            rows.append(("no bulk job", online_latencies(client, online), None))
+            rows.append(("no bulk job", online_latencies(client, online)[0], None, None))
+            workers = local_workers(settings.device, settings.torch_threads)
             for lane in ("bulk", "online"):
                 job_id, runner = run_job(store, settings, source, lane)
                 while store.get(job_id).completed < 500:  # flowing
                     time.sleep(0.2)
+                alone = completed_per_s(store, job_id, ALONE_S)  # every worker idle capacity
                 before = store.get(job_id).completed
                 began = time.perf_counter()
-                latencies = online_latencies(client, online)
-                rate = (store.get(job_id).completed - before) / (time.perf_counter() - began)
+                latencies, online_busy_s = online_latencies(client, online)
+                wall = time.perf_counter() - began
+                rate = (store.get(job_id).completed - before) / wall
+                idle_share = max(0.0, 1 - online_busy_s / (wall * workers))
                 store.move(job_id, JobStatus.cancelling)
                 runner.wait(120)
                 label = f"100k-line job on the {lane} lane" + (
                     " (no lanes)" if lane == "online" else ""
                 )
-                rows.append((label, latencies, rate))
+                rows.append((label, latencies, rate, rate / (alone * idle_share)))
     finally:
         if started:
             stack.down()
     base = pct(rows[0][1], 0.99)
-    table = Table("while", "online p50 ms", "online p99 ms", "p99 vs no bulk", "bulk lines/s")
-    for label, latencies, lines_per_s in rows:
+    table = Table(
+        "while",
+        "online p50 ms",
+        "online p99 ms",
+        "p99 vs no bulk",
+        "bulk lines/s",
+        "of idle capacity",
+    )
+    for label, latencies, lines_per_s, harvested in rows:
         p99 = pct(latencies, 0.99)
         table.add_row(
             label,
@@ -134,6 +158,7 @@ def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
             f"{p99:.1f}",
             f"{p99 / base:.2f}",
             "-" if lines_per_s is None else f"{lines_per_s:,.0f}",
+            "-" if harvested is None else f"{harvested:.2f}",
         )
     console.print(f"{online} lone online requests every {SPACING_S * 1000:.0f} ms per row")
     console.print(table)

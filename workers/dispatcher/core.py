@@ -107,7 +107,7 @@ class DispatcherCore:
             config, self.flights, self.versions, self.stats, self.observer, clock, wall_clock
         )
         self.refusals = Refusals()
-        self.quotas = Quotas(config.limits, self.drain_s, clock)
+        self.quotas = Quotas(config.limits, self.drain_s, clock, self._own_online_backlog)
         self.records_in = RecordsIn(
             config,
             self.bucket_of_topic,
@@ -231,6 +231,10 @@ class DispatcherCore:
         if backlog is None or not self.workload.seen(bucket):
             return None
         return self.queued_work_s(bucket, backlog) / max(1, self._capacity(bucket))
+
+    def _own_online_backlog(self, bucket: int) -> int:
+        """Online requests of ``bucket`` read here and not yet answered."""
+        return len(self.batchers[bucket, "online"]) + self.flights.unanswered_rows(bucket, "online")
 
     def drain_s(self, bucket: int) -> float:
         """Seconds the bucket's live workers need per request (the backlog's drain rate)."""

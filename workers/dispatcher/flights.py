@@ -171,6 +171,16 @@ class Flights:
         lanes = LANES if lane is None else (lane,)
         return sum(self._counted[bucket, each] for each in lanes)
 
+    def unanswered_rows(self, bucket: int, lane: Lane) -> int:
+        """Requests of ``bucket``'s ``lane`` in batches ready or out, not yet answered."""
+        ready = sum(len(batch) for batch in self._ready[bucket, lane])
+        out = sum(
+            len(f.pending)
+            for f in self._in_flight.values()
+            if f.bucket == bucket and f.lane == lane
+        )
+        return ready + out
+
     def counts(self) -> dict[int, int]:
         """Batches in flight per bucket (both lanes), every bucket."""
         return {b: self.in_flight_count(b) for b in self.buckets}

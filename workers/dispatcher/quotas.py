@@ -7,8 +7,9 @@ dispatchers' admissions are not seen: with N dispatchers a tenant may pass its r
 N x rate x ``SYNC_INTERVAL_S`` requests (one dispatcher: exact).
 
 The backlog: a bucket's online records not yet answered over every dispatcher (published
-each second, ``BacklogSeen``), less the ones refused since. Past its bound, an online record
-read is answered ``overloaded``: the oldest go first, until the backlog is under the bound.
+each second, ``BacklogSeen``), less the ones refused since, or the ones this dispatcher
+holds if those are more (it reads ahead: ``fair``). Past its bound, an online record read
+is answered ``overloaded``: the oldest go first, until the backlog is under the bound.
 """
 
 from __future__ import annotations
@@ -45,10 +46,14 @@ class Quotas:
         policy: LimitsPolicy,
         drain_s: Callable[[int], float],
         clock: Callable[[], float],
+        own_backlog: Callable[[int], int] = lambda _: 0,
     ) -> None:
-        """``drain_s(bucket)``: seconds the bucket's live workers need per request."""
+        """``drain_s(bucket)``: seconds the bucket's live workers need per request;
+        ``own_backlog(bucket)``: its online requests this dispatcher holds unanswered (the
+        bound holds even before a backlog is published: a dispatcher reads ahead)."""
         self.policy = policy
         self.drain_s = drain_s
+        self.own_backlog = own_backlog
         self.clock = clock
         self.overrides: dict[str, TenantLimits] = {}
         self.synced: dict[str, TenantUsage] = {}
@@ -82,6 +87,8 @@ class Quotas:
         if lane == "online" and bucket is not None:
             full = self.policy.bounds.get(bucket)
             backlog = self.backlog.get(bucket, 0)
+            if full:  # what is published, or what this dispatcher holds if that is more
+                backlog = max(backlog, self.own_backlog(bucket))
             bound = shed_bound(full, sheddable) if full else None
             if bound and backlog > bound:
                 self.backlog[bucket] = backlog - 1  # this one is answered now

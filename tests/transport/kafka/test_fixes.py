@@ -157,6 +157,46 @@ def test_a_send_whose_topic_a_metadata_answer_drops_while_it_runs_goes_once_the_
         producer.close(timeout=5)
 
 
+def test_a_send_whose_topic_goes_inside_the_partitioner_goes_once_the_topic_is_back(
+    stack: LocalStack,
+) -> None:
+    """The same answer landing one line later: after the partitioner's own check of the
+    topic, before it reads the partitions (3.0.12 raises TypeError there)."""
+    settings, topic = one_topic("dropped-late")
+    drops: list[str] = []
+
+    class Late:
+        def __init__(self, cluster: Any) -> None:
+            self.cluster = cluster
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.cluster, name)
+
+        def partitions_for_topic(self, name: str) -> Any:
+            producer._metadata._partitions.pop(name, None)
+            return self.cluster.partitions_for_topic(name)
+
+    class DropInside(DefaultPartitioner):  # type: ignore[misc]
+        def partition(self, topic: str, *args: Any) -> int:
+            *rest, cluster = args
+            if not drops:
+                drops.append(topic)
+                cluster = Late(cluster)
+            return int(super().partition(topic, *rest, cluster))
+
+    producer = kafka_clients.producer(settings, partitioner=DropInside())
+    try:
+        assert producer.partitions_for(topic) == {0}
+        with pytest.raises(TypeError):  # kafka-python's own send
+            producer.send(topic, key=b"k", value=b"plain")
+        drops.clear()
+        future = send(producer, topic, key=b"k", value=b"fixed")
+        assert drops == [topic], "the topic was not dropped mid-send: the test shows nothing"
+        assert future.get(timeout=10).offset == 0
+    finally:
+        producer.close(timeout=5)
+
+
 def test_a_group_consumer_asks_its_io_thread_for_the_coordinator_only_when_it_is_not_known(
     stack: LocalStack,
 ) -> None:

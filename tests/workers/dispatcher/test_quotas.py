@@ -33,6 +33,18 @@ def test_past_its_bound_a_bucket_refuses_the_oldest_records_until_it_is_under() 
     assert codes(out) == []  # unbounded
 
 
+def test_a_flood_read_before_any_backlog_is_published_is_held_to_the_bound() -> None:
+    """The dispatcher reads ahead (fair share): what it holds unanswered counts."""
+    rig = Rig(limits=LimitsPolicy(bounds={16: 5}))
+    rig.workers()
+    out = rig.read(*(rig.request(f"r{i}") for i in range(9)))  # nothing published yet
+    assert codes(out) == [ErrorCode.overloaded] * 3  # six held: the bound and the one past it
+    out = rig.tick(0.05)
+    assert batched(out) == 6
+    rig.complete(of(ev.SendBatch, out)[0])
+    assert codes(rig.read(rig.request("later"))) == []  # answered: room again
+
+
 def test_sheddable_requests_are_refused_first_at_half_the_bound() -> None:
     rig = Rig(limits=LimitsPolicy(bounds={16: 10}))
     rig.workers()

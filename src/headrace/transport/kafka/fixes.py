@@ -28,7 +28,9 @@ knew: the new topic is gone again for a moment. ``send`` checks the topic's meta
 picks a partition from it; an answer landing between the two makes ``send`` raise
 ``ValueError`` ("Topic ... not found in ClusterMetadata", or "Partitioner did not assign a
 partition"), the record not taken (seen: a client's first sends to eleven bucket topics in
-a row, one of 2,000 submissions refused, in a CI run). ``send`` below waits for the topic's
+a row, one of 2,000 submissions refused, in a CI run), or, landing inside the partitioner
+between its own check and its read of the partitions, ``TypeError`` ("'NoneType' object is
+not iterable"; seen once in a CI run, 2026-12-05). ``send`` below waits for the topic's
 metadata (now tracked, so every later answer has it) and sends again.
 
 **A partition assigned again keeps its old position and pause** (kafka-python 3.0.12). Under
@@ -93,8 +95,8 @@ def send(producer: KafkaProducer, topic: str, **record: Any) -> FutureRecordMeta
     for _ in range(DROPPED_TOPIC_TRIES - 1):
         try:
             return producer.send(topic, **record)
-        except ValueError:
-            if topic in producer._metadata.topics():  # refused for another reason
+        except (ValueError, TypeError):
+            if producer._metadata.partitions_for_topic(topic):  # refused for another reason
                 raise
             producer.partitions_for(topic)  # waits for an answer that has it
     return producer.send(topic, **record)
