@@ -134,7 +134,7 @@ def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
                 idle_share = max(0.0, 1 - online_busy_s / (wall * workers))
                 store.move(job_id, JobStatus.cancelling)
                 runner.wait(120)
-                label = f"100k-line job on the {lane} lane" + (
+                label = f"{lines:,}-line job on the {lane} lane" + (
                     " (no lanes)" if lane == "online" else ""
                 )
                 rows.append((label, latencies, rate, rate / (alone * idle_share)))
