@@ -194,6 +194,9 @@ def test_a_dispatcher_killed_during_a_rebalance(stack: LocalStack) -> None:
         HEADRACE_REQUEST_PARTITIONS=str(PARTITIONS),
         HEADRACE_MAX_INFLIGHT_BATCHES_PER_BUCKET="2",  # batches wait, and with a read-ahead
         HEADRACE_FAIR_READ_AHEAD_TOKENS="64",  # of a few requests the buckets get paused
+        # small batches: the run outlasts the newcomer's join (a fast day answered all
+        # 1,000 in the 7 s it took, 2026-12-05)
+        HEADRACE_MAX_BATCH_TOKENS="256",
     )
     assert seen["assigned_before"] == [], "the rebalance ended before the kill"
     after = [
