@@ -27,7 +27,9 @@ _EPSILON_S = 1e-9
 
 
 @dataclass
-class _Waiting(Generic[T]):
+class Waiting(Generic[T]):
+    """An item waiting to be batched: its tokens and when it came (the fair queue's too)."""
+
     item: T
     tokens: int
     arrived: float
@@ -93,7 +95,7 @@ class PackingBatcher(Generic[T]):
         self.overhead_tokens = overhead_tokens
         self.window = window
         self._clock = clock
-        self._pool: list[_Waiting[T]] = []
+        self._pool: list[Waiting[T]] = []
         self._tokens = 0
 
     def __len__(self) -> int:
@@ -101,7 +103,7 @@ class PackingBatcher(Generic[T]):
 
     def add(self, item: T, tokens: int) -> list[list[T]]:
         """Add one item; returns the batches this cut (when the pool is full)."""
-        self._pool.append(_Waiting(item, tokens, self._clock()))
+        self._pool.append(Waiting(item, tokens, self._clock()))
         self._tokens += tokens
         full_rows = self.max_rows is not None and len(self._pool) >= self.window * self.max_rows
         if self._tokens < self.window * self.max_batch_tokens and not full_rows:
@@ -132,11 +134,11 @@ class PackingBatcher(Generic[T]):
             self._keep([w for w in self._pool if keep(w.item)])
         return dropped
 
-    def _keep(self, waiting: list[_Waiting[T]]) -> None:
+    def _keep(self, waiting: list[Waiting[T]]) -> None:
         self._pool = waiting
         self._tokens = sum(w.tokens for w in waiting)
 
-    def _cut(self) -> list[list[_Waiting[T]]]:
+    def _cut(self) -> list[list[Waiting[T]]]:
         """The pool sorted by length, cut where padding plus overhead is least, each part
         then split at the token budget and the row cap."""
         ordered = sorted(self._pool, key=lambda w: w.tokens)
@@ -146,7 +148,7 @@ class PackingBatcher(Generic[T]):
         for w in ordered:
             counts[index[w.tokens]] += 1
         starts = set(cut_points(lengths, counts, self.overhead_tokens))
-        parts: list[list[_Waiting[T]]] = []
+        parts: list[list[Waiting[T]]] = []
         for w in ordered:
             group = index[w.tokens]
             starts_here = group in starts and (not parts or parts[-1][-1].tokens != w.tokens)
@@ -155,6 +157,6 @@ class PackingBatcher(Generic[T]):
             parts[-1].append(w)
         return parts
 
-    def _fits(self, part: list[_Waiting[T]], tokens: int) -> bool:
+    def _fits(self, part: list[Waiting[T]], tokens: int) -> bool:
         rows_ok = self.max_rows is None or len(part) + 1 <= self.max_rows
         return rows_ok and (len(part) + 1) * tokens <= self.max_batch_tokens

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from headrace.workers.dispatcher.batcher import Batcher
+from headrace.workers.packing import Waiting
 
 T = TypeVar("T")
 
@@ -35,22 +36,15 @@ _EPSILON_S = 1e-9
 
 
 @dataclass
-class _Waiting(Generic[T]):
-    item: T
-    tokens: int
-    arrived: float
-
-
-@dataclass
 class _Round(Generic[T]):
     """One band's deficit round robin over its tenants' queues."""
 
-    queues: dict[str, deque[_Waiting[T]]] = field(default_factory=dict)
+    queues: dict[str, deque[Waiting[T]]] = field(default_factory=dict)
     turns: deque[str] = field(default_factory=deque)  # tenants with work, in turn order
     deficit: dict[str, float] = field(default_factory=dict)
     credited: bool = False  # the tenant at the head of ``turns`` has had its quantum
 
-    def push(self, tenant: str, waiting: _Waiting[T]) -> None:
+    def push(self, tenant: str, waiting: Waiting[T]) -> None:
         queue = self.queues.get(tenant)
         if queue is None:
             queue = self.queues[tenant] = deque()
@@ -58,7 +52,7 @@ class _Round(Generic[T]):
             self.deficit[tenant] = 0.0
         queue.append(waiting)
 
-    def pop(self, quantum: float, weight: Callable[[str], float]) -> _Waiting[T] | None:
+    def pop(self, quantum: float, weight: Callable[[str], float]) -> Waiting[T] | None:
         while self.turns:
             tenant = self.turns[0]
             queue = self.queues[tenant]
@@ -96,7 +90,7 @@ class _Round(Generic[T]):
                 self._leave(tenant)
         return dropped
 
-    def waiting(self) -> Iterable[_Waiting[T]]:
+    def waiting(self) -> Iterable[Waiting[T]]:
         for queue in self.queues.values():
             yield from queue
 
@@ -154,7 +148,7 @@ class FairBatcher(Generic[T]):
     def add(self, item: T, tokens: int) -> list[list[T]]:
         """Queue ``item`` for its tenant; batches are formed by ``take`` (so never here)."""
         band = self._bands.setdefault(self.band_of_item(item), _Round())
-        band.push(self.tenant_of(item), _Waiting(item, tokens, self._clock()))
+        band.push(self.tenant_of(item), Waiting(item, tokens, self._clock()))
         self._count += 1
         self._tokens += tokens
         return []
