@@ -34,6 +34,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bench.lanes import paced_latencies
 from bench.pipeline import pct
 from headrace import connections
 from headrace.config.settings import Settings
@@ -53,40 +54,9 @@ WINDOW_S = 10.0
 
 
 def quiet_latencies(client: Client, seconds: float, spacing_s: float) -> list[float]:
-    """One request every ``spacing_s`` (not waiting for the one before) for ``seconds``;
-    each one's latency in ms."""
-    began: list[float] = []
-    ended: dict[int, float] = {}
-    futures: list[Future[Reply]] = []
-    next_at = time.perf_counter()
-    stop_at = next_at + seconds
-    while next_at < stop_at:
-        i = len(began)
-        began.append(time.perf_counter())
-        future = client.submit(f"{TEXT} {i}").future
-        future.add_done_callback(_stamp(ended, i))
-        futures.append(future)
-        next_at += spacing_s
-        time.sleep(max(0.0, next_at - time.perf_counter()))
-    legs: dict[str, list[float]] = {"queued": [], "batch_wait": [], "compute": []}
-    for future in futures:
-        reply = future.result(120)
-        assert reply.result is not None and reply.timings is not None, reply.error
-        legs["queued"].append(reply.timings.queued_ms)
-        legs["batch_wait"].append(reply.timings.batch_wait_ms)
-        legs["compute"].append(reply.timings.compute_ms)
-    console.print(
-        "  legs p50/p99 ms: "
-        + ", ".join(f"{k} {pct(v, 0.5):.0f}/{pct(v, 0.99):.0f}" for k, v in legs.items())
-    )
-    return [(ended[i] - began[i]) * 1000 for i in range(len(began))]
-
-
-def _stamp(ended: dict[int, float], i: int) -> Callable[[Future[Reply]], None]:
-    def done(_: Future[Reply]) -> None:
-        ended[i] = time.perf_counter()
-
-    return done
+    """One request every ``spacing_s`` for ``seconds``; each one's latency in ms."""
+    texts = [f"{TEXT} {i}" for i in range(round(seconds / spacing_s))]
+    return paced_latencies(client, texts, spacing_s)[0]
 
 
 def _flood_process(env: dict[str, str], per_s: float, every_s: float, stop: Any) -> None:

@@ -45,23 +45,32 @@ ALONE_S = 8.0  # the bulk job's rate alone is measured over this long
 
 
 def online_latencies(client: Client, count: int) -> tuple[list[float], float]:
-    """A lone request every 50 ms (not waiting for the one before); each one's latency, ms."""
-    texts = long_tail_texts(count, seed=21)
+    """A lone request every 50 ms: ``paced_latencies`` of long-tail texts."""
+    texts = [t[:200] for t in long_tail_texts(count, seed=21)]
+    return paced_latencies(client, texts, SPACING_S)
+
+
+def paced_latencies(
+    client: Client, texts: list[str], spacing_s: float
+) -> tuple[list[float], float]:
+    """One request every ``spacing_s`` (not waiting for the one before); each one's latency
+    in ms, and the compute seconds their replies report (lone requests: a batch each,
+    about). Prints the latency legs' p50/p99."""
     began: list[float] = []
     ended: dict[int, float] = {}
     futures: list[Future[Reply]] = []
     next_at = time.perf_counter()
     for i, text in enumerate(texts):
         began.append(time.perf_counter())
-        future = client.submit(text[:200]).future
+        future = client.submit(text).future
         future.add_done_callback(_stamp(ended, i))
         futures.append(future)
-        next_at += SPACING_S
+        next_at += spacing_s
         time.sleep(max(0.0, next_at - time.perf_counter()))
     legs: dict[str, list[float]] = {"queued": [], "batch_wait": [], "compute": []}
     for future in futures:
         reply = future.result(120)
-        assert reply.result is not None and reply.timings is not None
+        assert reply.result is not None and reply.timings is not None, reply.error
         legs["queued"].append(reply.timings.queued_ms)
         legs["batch_wait"].append(reply.timings.batch_wait_ms)
         legs["compute"].append(reply.timings.compute_ms)
@@ -69,7 +78,7 @@ def online_latencies(client: Client, count: int) -> tuple[list[float], float]:
         "  legs p50/p99 ms: "
         + ", ".join(f"{k} {pct(v, 0.5):.0f}/{pct(v, 0.99):.0f}" for k, v in legs.items())
     )
-    busy_s = sum(legs["compute"]) / 1000  # lone requests: a batch each, about
+    busy_s = sum(legs["compute"]) / 1000
     return [(ended[i] - began[i]) * 1000 for i in range(len(texts))], busy_s
 
 
