@@ -24,7 +24,7 @@ from headrace.producers.client import Client
 from headrace.producers.submission import Submission
 from headrace.schemas.messages import Reply
 from headrace.schemas.topics import Topics
-from headrace.workers.ledger import Ledger
+from headrace.workers.ledger import RedisLedger
 from tests.conftest import pipeline_env
 from tests.integration.topics import read_topic
 
@@ -211,7 +211,7 @@ def claims_of(settings: Settings, tenant: str, request_ids: list[str]) -> dict[s
     if not request_ids:
         return {}
     try:
-        ledger = Ledger(connections.redis_client(settings), settings.topic_prefix, 60)
+        ledger = RedisLedger(connections.redis_client(settings), settings.topic_prefix, 60)
         holders = ledger.holders([(tenant, r) for r in request_ids])
     except redis.RedisError as exc:
         return {f"ledger unreadable: {exc}": len(request_ids)}

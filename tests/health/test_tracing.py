@@ -36,9 +36,9 @@ from headrace.workers.batch_context import BatchContext
 from headrace.workers.batch_runner import run_batch
 from headrace.workers.delivery_hooks import after_delivery
 from headrace.workers.dispatcher.io.shell import Dispatcher
-from headrace.workers.ledger import Ledger
+from headrace.workers.ledger import RedisLedger
+from headrace.workers.reply_sink import TopicReplySink
 from headrace.workers.version_stats import VersionStats
-from headrace.workers.worker import TopicReplySink
 from tests.integration.topics import read_topic
 from tests.models.loaded import loaded_minilm
 
@@ -69,7 +69,7 @@ def test_one_trace_per_request_with_its_legs_linked_to_its_batch(
     prefix = f"t-trace-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix, max_batch_tokens=64)  # several batches
     redis = connections.redis_client(settings)
-    ledger = Ledger(redis, prefix, 600)
+    ledger = RedisLedger(redis, prefix, 600)
     ledger.heartbeat("w-trace", list(settings.buckets))
     ctx = BatchContext(
         backend=model,

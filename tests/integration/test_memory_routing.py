@@ -14,7 +14,7 @@ from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
-from headrace.workers.ledger import Ledger
+from headrace.workers.ledger import RedisLedger
 from headrace.workers.memory_plan import CPU_OVERHEAD_BYTES, ModelShape, plan_model
 from headrace.workers.memory_plan import estimated_activation_bytes_per_token as per_token
 from tests.conftest import pipeline_env, unique_prefix
@@ -37,7 +37,7 @@ def test_a_small_worker_takes_the_buckets_that_fit_and_batches_stay_within_its_p
     assert plan.bucket_rows[16] == 4 and fits == [16, 24, 32, 48, 64], plan.bucket_rows
     env = pipeline_env(settings.topic_prefix, HEADRACE_DEVICE_MEMORY_BYTES=str(total))
     with Pipeline(env=env) as pipeline, Client(settings) as client:
-        ledger = Ledger(connections.redis_client(settings), settings.topic_prefix, 600)
+        ledger = RedisLedger(connections.redis_client(settings), settings.topic_prefix, 600)
         live = ledger.live_workers(list(settings.buckets), 10)
         assert [b for b in settings.buckets if live[b]] == fits
         time.sleep(1.5)  # the dispatcher has read the worker's plan

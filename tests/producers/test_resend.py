@@ -17,7 +17,7 @@ from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.messages import Reply
 from headrace.transport.kafka import clients as kafka_clients
-from headrace.workers.ledger import Ledger, ReplyAt
+from headrace.workers.ledger import RedisLedger, ReplyAt
 from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(180)
@@ -58,7 +58,7 @@ def test_a_reply_the_broker_lost_after_acknowledging_it_is_answered_again(
     """The ledger has the request answered and knows where its reply landed; when that
     record is not there (tansu has lost acknowledged writes), a resend is answered again.
     The loss is made by pointing the ledger's record past the topic's end."""
-    ledger = Ledger(redis_client(shared_settings), shared_settings.topic_prefix, 3600)
+    ledger = RedisLedger(redis_client(shared_settings), shared_settings.topic_prefix, 3600)
     with Client(shared_settings, tenant=f"lost-{uuid.uuid4().hex[:6]}") as client:
         ((request, bucket), (kept, kept_bucket)) = client.prepare(
             ["its reply will be lost", "its reply stays"]

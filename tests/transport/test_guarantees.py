@@ -9,7 +9,7 @@ from headrace.schemas.messages import EmbeddingResult, Reply
 from headrace.transport import BROKER_GUARANTEES, Guarantees, guarantees_of
 from headrace.transport.memory import MemoryTransport
 from headrace.workers.ledger import ReplyAt
-from headrace.workers.worker import TopicReplySink
+from headrace.workers.reply_sink import TopicReplySink
 
 LOSES = Guarantees(loses_acked_records=True)
 

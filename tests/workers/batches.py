@@ -10,7 +10,8 @@ from headrace.config.settings import Settings
 from headrace.schemas.messages import Batch, BatchItem, RecordRef, Request
 from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
-from headrace.workers.worker import TopicReplySink
+from headrace.transport.memory import MemoryTransport
+from headrace.workers.reply_sink import TopicReplySink
 
 
 def make_batch(prefix: str, texts: list[str], model: str, **request_fields: Any) -> Batch:
@@ -43,3 +44,11 @@ def runner_sink(settings: Settings) -> TopicReplySink:
     transport = open_transport(settings)
     transport.ensure_topics([Topics(settings.topic_prefix).replies("runner")], partitions=1)
     return TopicReplySink(transport, settings)
+
+
+def memory_sink(settings: Settings) -> tuple[TopicReplySink, MemoryTransport]:
+    """``runner_sink`` on the in-memory transport (its contract test holds it to Kafka's
+    behaviour), and the transport to read the replies from."""
+    transport = MemoryTransport()
+    transport.ensure_topics([Topics(settings.topic_prefix).replies("runner")], partitions=1)
+    return TopicReplySink(transport, settings), transport

@@ -1,6 +1,7 @@
-"""One batch on a worker, with the real model, Redis and broker: out-of-memory splits the
-batch, a poison item fails alone, cancelled and answered requests are handled by their claim
-state, and the completion says what happened."""
+"""One batch on a worker with the real model: out-of-memory splits the batch, a poison item
+fails alone, cancelled and answered requests are handled by their claim state, and the
+completion says what happened. The batch rules run on the in-memory ledger and transport
+(their contract tests hold them to Redis and Kafka); the rest on the real ones."""
 
 from __future__ import annotations
 
@@ -25,11 +26,10 @@ from headrace.workers.backends.base import EncodedItem
 from headrace.workers.batch_context import BatchContext
 from headrace.workers.batch_runner import run_batch
 from headrace.workers.faults import FaultyBackend
-from headrace.workers.ledger import ClaimState, Ledger
-from headrace.workers.worker import TopicReplySink
-from tests.integration.topics import read_topic
+from headrace.workers.ledger import ClaimState, MemoryLedger, RedisLedger
+from headrace.workers.reply_sink import TopicReplySink
 from tests.models.loaded import loaded_minilm
-from tests.workers.batches import make_batch, runner_sink
+from tests.workers.batches import make_batch, memory_sink, runner_sink
 
 MODEL = "all-MiniLM-L6-v2"
 
@@ -57,16 +57,17 @@ def backend() -> EmbeddingBackend:
 
 
 def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
-    stack: LocalStack, backend: EmbeddingBackend
+    backend: EmbeddingBackend,
 ) -> None:
-    prefix = f"t-runner-{uuid.uuid4().hex[:8]}"
+    prefix = "t-runner"
     settings = Settings(topic_prefix=prefix)
-    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    ledger = MemoryLedger()
+    sink, transport = memory_sink(settings)
     model = SmallMemory(backend, rows=2)
     ctx = BatchContext(
         backend=model,
         ledger=ledger,
-        sink=runner_sink(settings),
+        sink=sink,
         worker_id="w",
     )
     texts = [f"sentence number {i}" for i in range(8)]
@@ -82,7 +83,7 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
         r.request_id: r
         for r in (
             Reply.model_validate_json(x.value)
-            for x in read_topic(settings, batch.items[0].request.reply_to)
+            for x in transport.scan(batch.items[0].request.reply_to)
         )
     }
     ids = [k[1] for k in keys]
@@ -101,24 +102,19 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
 
 
 def test_each_reply_carries_its_share_of_the_batch_device_time(
-    stack: LocalStack, backend: EmbeddingBackend
+    backend: EmbeddingBackend,
 ) -> None:
-    prefix = f"t-cost-{uuid.uuid4().hex[:8]}"
+    prefix = "t-cost"
     settings = Settings(topic_prefix=prefix)
-    ctx = BatchContext(
-        backend=backend,
-        ledger=Ledger(connections.redis_client(settings), prefix, 60),
-        sink=runner_sink(settings),
-        worker_id="w",
-    )
+    sink, transport = memory_sink(settings)
+    ctx = BatchContext(backend=backend, ledger=MemoryLedger(), sink=sink, worker_id="w")
     texts = ["short", "a somewhat longer sentence than the first", "mid length one"]
     batch = make_batch(prefix, texts, MODEL)
 
     completion = run_batch(batch, ctx)
 
     replies = [
-        Reply.model_validate_json(x.value)
-        for x in read_topic(settings, batch.items[0].request.reply_to)
+        Reply.model_validate_json(x.value) for x in transport.scan(batch.items[0].request.reply_to)
     ]
     costs = [r.cost for r in replies if r.cost is not None]
     assert len(costs) == 3
@@ -185,7 +181,7 @@ def test_batches_take_turns_at_the_model_and_one_delivers_while_the_next_compute
     model = Turns(backend)
     shared = BatchContext(
         backend=model,
-        ledger=Ledger(connections.redis_client(settings), prefix, 60),
+        ledger=RedisLedger(connections.redis_client(settings), prefix, 60),
         sink=runner_sink(settings),
         worker_id="w",
         model_turn=threading.Lock(),
@@ -212,19 +208,19 @@ def test_batches_take_turns_at_the_model_and_one_delivers_while_the_next_compute
 
 
 def test_a_request_asking_for_base64_gets_the_same_vector_as_float32_bytes(
-    stack: LocalStack, backend: EmbeddingBackend
+    backend: EmbeddingBackend,
 ) -> None:
-    prefix = f"t-b64-{uuid.uuid4().hex[:8]}"
+    prefix = "t-b64"
     settings = Settings(topic_prefix=prefix)
-    ledger = Ledger(connections.redis_client(settings), prefix, 60)
-    ctx = BatchContext(backend=backend, ledger=ledger, sink=runner_sink(settings))
+    sink, transport = memory_sink(settings)
+    ctx = BatchContext(backend=backend, ledger=MemoryLedger(), sink=sink)
     texts = ["a river runs", "to the mill"]
     as_floats = make_batch(prefix, texts, MODEL)
     as_bytes = make_batch(prefix, texts, MODEL, vector_encoding="base64")
     run_batch(as_floats, ctx)
     run_batch(as_bytes, ctx)
     results = {}
-    for record in read_topic(settings, Topics(prefix).replies("runner")):
+    for record in transport.scan(Topics(prefix).replies("runner")):
         reply = Reply.model_validate_json(record.value)
         assert isinstance(reply.result, EmbeddingResult)
         results[reply.request_id] = reply.result

@@ -34,8 +34,8 @@ from headrace.workers.batch_context import BatchContext
 from headrace.workers.batch_runner import run_batch
 from headrace.workers.cancel_watch import CancelWatch
 from headrace.workers.faults import FaultyBackend
-from headrace.workers.ledger import Ledger
-from headrace.workers.worker import TopicReplySink
+from headrace.workers.ledger import Ledger, RedisLedger
+from headrace.workers.reply_sink import TopicReplySink
 from tests.integration.topics import read_topic
 from tests.tiny_model import load_test_lm
 from tests.workers.batches import make_batch, runner_sink
@@ -74,7 +74,7 @@ def test_cancel_stops_a_running_generation(
 ) -> None:
     prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix)
-    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    ledger = RedisLedger(connections.redis_client(settings), prefix, 60)
     params = GenerateParams(max_tokens=300, stream=True)
     batch = make_batch(
         prefix,
@@ -119,7 +119,7 @@ def test_a_redelivered_batch_streams_the_same_pieces(
 ) -> None:
     prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix)
-    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    ledger = RedisLedger(connections.redis_client(settings), prefix, 60)
     hot = GenerateParams(max_tokens=20, temperature=1.0, stream=True)  # no seed given
     batch = make_batch(
         prefix, ["Water leaves the river"], tiny_lm.NAME, task="generate", params=hot
@@ -173,7 +173,7 @@ def test_a_row_that_finishes_first_is_answered_while_its_batch_mate_decodes(
     continuous = load_test_lm(continuous_rows=16)
     prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix)
-    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    ledger = RedisLedger(connections.redis_client(settings), prefix, 60)
     batch = make_batch(
         prefix,
         ["The headrace", "A sluice at the head"],
@@ -254,7 +254,7 @@ def test_rows_answered_early_are_not_computed_again_when_the_rest_fail(
     inner = load_test_lm(continuous_rows=8)
     prefix = f"t-gen-{uuid.uuid4().hex[:8]}"
     settings = Settings(topic_prefix=prefix)
-    ledger = Ledger(connections.redis_client(settings), prefix, 60)
+    ledger = RedisLedger(connections.redis_client(settings), prefix, 60)
     batch = make_batch(
         prefix,
         ["The headrace", "A sluice", "Water leaves the river"],

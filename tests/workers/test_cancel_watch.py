@@ -1,15 +1,14 @@
-"""One watch asks Redis (the real one) which running requests were cancelled, for every batch
-of a worker at once; each batch reads its own rows' answer."""
+"""One watch asks the ledger which running requests were cancelled, for every batch of a
+worker at once; each batch reads its own rows' answer. Policy: on the in-memory ledger
+(tests/workers/ledger/test_contract.py holds it to Redis' behaviour)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-from headrace.ops.localstack import LocalStack
 from headrace.workers.cancel_watch import CancelWatch, Key
-from headrace.workers.ledger import Ledger
-from tests.workers.test_ledger import make_ledger
+from headrace.workers.ledger import Ledger, MemoryLedger
 
 
 def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
@@ -32,10 +31,8 @@ def _counted(ledger: Ledger) -> tuple[Callable[[list[Key]], list[bool]], list[in
     return lookup, lookups
 
 
-def test_each_batch_sees_its_own_cancelled_rows_from_one_lookup_for_all(
-    stack: LocalStack,
-) -> None:
-    ledger = make_ledger(stack)
+def test_each_batch_sees_its_own_cancelled_rows_from_one_lookup_for_all() -> None:
+    ledger = MemoryLedger()
     lookup, lookups = _counted(ledger)
     watch = CancelWatch(lookup, interval_s=0.05)
     try:
@@ -54,10 +51,8 @@ def test_each_batch_sees_its_own_cancelled_rows_from_one_lookup_for_all(
         watch.close()
 
 
-def test_nothing_watched_asks_nothing_and_a_failed_lookup_keeps_the_last_answer(
-    stack: LocalStack,
-) -> None:
-    ledger = make_ledger(stack)
+def test_nothing_watched_asks_nothing_and_a_failed_lookup_keeps_the_last_answer() -> None:
+    ledger = MemoryLedger()
     fail = [False]
 
     def lookup(keys: list[tuple[str, str]]) -> list[bool]:
@@ -81,8 +76,8 @@ def test_nothing_watched_asks_nothing_and_a_failed_lookup_keeps_the_last_answer(
         watch.close()
 
 
-def test_a_batch_reads_memory_not_redis(stack: LocalStack) -> None:
-    lookup, lookups = _counted(make_ledger(stack))
+def test_a_batch_reads_memory_not_redis() -> None:
+    lookup, lookups = _counted(MemoryLedger())
     watch = CancelWatch(lookup, interval_s=0.05)
     try:
         watched = watch.watch([("t", "z")])

@@ -156,7 +156,7 @@ def status(
     from headrace import connections
     from headrace.models.catalog import ModelCatalog
     from headrace.workers.comparisons import Comparisons
-    from headrace.workers.ledger import Ledger
+    from headrace.workers.ledger import RedisLedger
     from headrace.workers.loading import LoadRecords
     from headrace.workers.version_stats import VersionStats
 
@@ -171,7 +171,7 @@ def status(
         + (_describe(policy) if policy else f"stable {stable or '(built-in)'}; no policy")
     )
     client = connections.redis_client(settings)
-    ledger = Ledger(client, settings.topic_prefix, settings.answered_ttl_s)
+    ledger = RedisLedger(client, settings.topic_prefix, settings.answered_ttl_s)
     live = ledger.live_workers(settings.buckets, 3 * settings.worker_heartbeat_s)
     workers = sorted(set().union(*live.values()))
     info = ledger.worker_info(workers)

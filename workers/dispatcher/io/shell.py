@@ -68,7 +68,7 @@ from headrace.workers.dispatcher.io.metrics import PrometheusObserver
 from headrace.workers.dispatcher.io.model_watch import ModelWatch
 from headrace.workers.dispatcher.io.settling import Settler
 from headrace.workers.faults import stall_on
-from headrace.workers.ledger import ANSWERED, Ledger
+from headrace.workers.ledger import ANSWERED, Ledger, RedisLedger
 from headrace.workers.tasks import batch_sender
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Dispatcher:
         self.transport = self._transport or open_transport(s)
         topics = list(self.core.bucket_of_topic)
         self.transport.ensure_topics([*topics, self.core.topics.dead_letter])
-        self.ledger = self._ledger or Ledger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
+        self.ledger = self._ledger or RedisLedger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
         self.send_batch = self._send_batch or batch_sender(s)
         self.limits = LimitsStore(redis_client(s), s.topic_prefix, s.quota_window_s)
         # short: a flush that fails is tried again on the next pass, and the poll loop must

@@ -31,7 +31,7 @@ from headrace.schemas.signing import control_signature
 from headrace.schemas.topics import Topics
 from headrace.transport.memory import MemoryTransport
 from headrace.workers.dispatcher.io.shell import Dispatcher
-from headrace.workers.ledger import Ledger
+from headrace.workers.ledger import RedisLedger
 from tests.transport.test_contract import Listener
 
 pytestmark = pytest.mark.timeout(60)
@@ -62,7 +62,7 @@ class Rig:
         self.reply_to = self.topics.replies("default")
         self.transport = MemoryTransport()
         self.transport.ensure_topics([self.reply_to])  # as the SDK makes its reply topic
-        self.ledger = Ledger(redis.Redis(port=6379), self.settings.topic_prefix, 60)
+        self.ledger = RedisLedger(redis.Redis(port=6379), self.settings.topic_prefix, 60)
         self.queue = Queue()
         self.dispatcher = Dispatcher(
             self.settings,

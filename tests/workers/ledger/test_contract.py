@@ -1,23 +1,50 @@
-"""Idempotency claims, completions and heartbeats in a real Redis."""
+"""The ledger's contract, held by both implementations: Redis (the real one, on the local
+stack) and the in-memory one that unit tests of batch rules use. What a unit test on
+``MemoryLedger`` relies on is checked here against Redis."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
 
 from headrace import connections
 from headrace.config.settings import Settings
-from headrace.ops.localstack import LocalStack
 from headrace.schemas.messages import Completion, RecordRef
-from headrace.workers.ledger import ClaimState, Ledger, ReplyAt
+from headrace.workers.ledger import ClaimState, Ledger, MemoryLedger, RedisLedger, ReplyAt
+from tests.clock import FakeClock
 
 
-def make_ledger(stack: LocalStack) -> Ledger:
-    settings = Settings()
-    return Ledger(connections.redis_client(settings), f"t-{uuid.uuid4().hex[:8]}", 60)
+@dataclass
+class Store:
+    """A ledger, how time passes for it, and how it loses its data."""
+
+    ledger: Ledger
+    later: Callable[[float], None]
+    wipe: Callable[[], None]
 
 
-def test_claim_answer_and_redelivery(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def redis_ledger() -> RedisLedger:
+    """A ledger on the local stack's Redis, under a prefix of its own."""
+    return RedisLedger(connections.redis_client(Settings()), f"t-{uuid.uuid4().hex[:8]}", 60)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Store:
+    if request.param == "memory":
+        clock = FakeClock()
+        memory = MemoryLedger(60, clock=clock)
+        return Store(memory, lambda s: clock.advance_ms(s * 1000), memory.wipe)
+    request.getfixturevalue("stack")
+    real = redis_ledger()
+    return Store(real, time.sleep, lambda: real.redis.delete(real.keys.epoch))
+
+
+def test_claim_answer_and_redelivery(store: Store) -> None:
+    ledger = store.ledger
     ids = [("acme", "r1"), ("acme", "r2")]
     assert ledger.claim(ids, "batch-a", 10_000) == [ClaimState.fresh, ClaimState.fresh]
     # the same owner may claim again (its own retry); another owner sees busy
@@ -30,24 +57,21 @@ def test_claim_answer_and_redelivery(stack: LocalStack) -> None:
     assert ledger.claim(ids[1:], "batch-b", 10_000) == [ClaimState.fresh]
 
 
-def test_tenants_do_not_share_request_ids(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def test_tenants_do_not_share_request_ids(store: Store) -> None:
+    ledger = store.ledger
     ledger.mark_answered([("acme", "same-id")])
     assert ledger.claim([("globex", "same-id")], "b", 1000) == [ClaimState.fresh]
 
 
-def test_claims_expire_with_their_lease(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def test_claims_expire_with_their_lease(store: Store) -> None:
+    ledger = store.ledger
     ledger.claim([("t", "r")], "old", 1)
-    ledger.redis.pexpire(ledger.keys.request("t", "r"), 1)
-    import time
-
-    time.sleep(0.01)
+    store.later(0.02)
     assert ledger.claim([("t", "r")], "new", 1000) == [ClaimState.fresh]
 
 
-def test_completions_queue_in_order(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def test_completions_queue_in_order(store: Store) -> None:
+    ledger = store.ledger
     ref = RecordRef(topic="x", partition=0, offset=3)
     ledger.finish_batch([("t", "r1")], "d1", Completion(batch_id="b1", done=[ref]))
     ledger.finish_batch([], "d1", Completion(batch_id="b2", done=[], deferred=[ref]))
@@ -58,8 +82,8 @@ def test_completions_queue_in_order(stack: LocalStack) -> None:
     assert ledger.claim([("t", "r1")], "later", 1000) == [ClaimState.answered]
 
 
-def test_heartbeats_count_live_workers(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def test_heartbeats_count_live_workers(store: Store) -> None:
+    ledger = store.ledger
     ledger.heartbeat("w1", [16, 32])
     ledger.heartbeat("w2", [32])
     assert ledger.live_workers([16, 32, 64], within_s=5) == {
@@ -71,8 +95,8 @@ def test_heartbeats_count_live_workers(stack: LocalStack) -> None:
     assert ledger.live_workers([32], within_s=5) == {32: {"w1"}}
 
 
-def test_cancelled_requests_are_claimed_as_cancelled(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def test_cancelled_requests_are_claimed_as_cancelled(store: Store) -> None:
+    ledger = store.ledger
     ledger.cancel("acme", "r2")
     assert ledger.cancelled([("acme", "r1"), ("acme", "r2"), ("globex", "r2")]) == [
         False,
@@ -85,8 +109,8 @@ def test_cancelled_requests_are_claimed_as_cancelled(stack: LocalStack) -> None:
     assert ledger.claim([("acme", "r2")], "c", 10_000) == [ClaimState.answered]
 
 
-def test_running_batches_and_epoch(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def test_running_batches_and_epoch(store: Store) -> None:
+    ledger = store.ledger
     assert ledger.claim([("t", "r")], "b1", 1000, worker_id="w1") == [ClaimState.fresh]
     assert ledger.runners(["b1", "b2"]) == ["w1", None]
     assert ledger.begin_send([("t", "r")], "b1", 5000) == [False]
@@ -98,12 +122,12 @@ def test_running_batches_and_epoch(stack: LocalStack) -> None:
     assert ledger.runners(["b1"]) == [None]
     first = ledger.epoch("e1")
     assert first == "e1" and ledger.epoch("e2") == "e1"  # set once
-    ledger.redis.delete(ledger.keys.epoch)  # what a Redis that lost its data looks like
+    store.wipe()  # what a store that lost its data looks like
     assert ledger.epoch("e3") == "e3"
 
 
-def test_where_a_reply_landed_is_kept_and_a_lost_one_is_claimed_again(stack: LocalStack) -> None:
-    ledger = make_ledger(stack)
+def test_where_a_reply_landed_is_kept_and_a_lost_one_is_claimed_again(store: Store) -> None:
+    ledger = store.ledger
     ids = [("acme", "r1"), ("acme", "r2"), ("acme", "r3")]
     at = ReplyAt("t.replies.default", 0, 41)
     ledger.mark_answered(ids[:2], where={ids[0]: at})
@@ -120,10 +144,8 @@ def test_where_a_reply_landed_is_kept_and_a_lost_one_is_claimed_again(stack: Loc
     assert ReplyAt.decode(again.encode().encode()) == again  # topic names may hold ':'
 
 
-def test_a_dead_workers_computing_claims_are_taken_but_not_its_sending_ones(
-    stack: LocalStack,
-) -> None:
-    ledger = make_ledger(stack)
+def test_a_dead_workers_computing_claims_are_taken_but_not_its_sending_ones(store: Store) -> None:
+    ledger = store.ledger
     ids = [("acme", "c1"), ("acme", "s1"), ("acme", "l1")]
     ledger.claim(ids[:2], "batch-dead", 10_000, worker_id="w-dead")
     ledger.begin_send(ids[1:2], "batch-dead", 10_000)  # s1's reply may be out

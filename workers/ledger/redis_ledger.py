@@ -1,5 +1,5 @@
-"""Redis state shared by dispatcher and workers: who answered which request, completion
-notices back to the dispatcher, and worker heartbeats. Key names live here only."""
+"""The ledger in Redis: one Lua script per rule that must be atomic. Key names live here
+only."""
 
 from __future__ import annotations
 
@@ -7,15 +7,20 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, cast
 
 import redis
 
 from headrace.schemas.messages import Completion
-
-ANSWERED = "answered"
-WORKER_INFO_TTL_S = 60
+from headrace.workers.ledger.base import (
+    ANSWERED,
+    BEATS_KEPT_S,
+    WORKER_INFO_TTL_S,
+    ClaimState,
+    Key,
+    Ledger,
+    ReplyAt,
+)
 
 # KEYS holds n request keys, then their n cancel keys, then (optional) the running hash. For
 # each request: answered -> "answered"; claimed by another owner -> "busy"; otherwise claim it
@@ -74,7 +79,6 @@ for i = 1, n do
 end
 return out
 """
-SENDING_PREFIX = "sending:"
 
 # Take for ARGV[1], for ARGV[2] ms, each claim whose value is still ARGV[i + 2]: "answered"
 # (its reply was lost by the broker), or a dead worker's attempt that was computing (it sent
@@ -91,30 +95,6 @@ for i, key in ipairs(KEYS) do
 end
 return out
 """
-
-
-@dataclass(frozen=True)
-class ReplyAt:
-    """Where a request's final reply was acknowledged by the broker."""
-
-    topic: str
-    partition: int
-    offset: int
-
-    def encode(self) -> str:
-        return f"{self.partition}:{self.offset}:{self.topic}"
-
-    @classmethod
-    def decode(cls, raw: bytes) -> ReplyAt:
-        partition, offset, topic = raw.decode().split(":", 2)
-        return cls(topic, int(partition), int(offset))
-
-
-class ClaimState(StrEnum):
-    fresh = "fresh"  # claimed for us: compute and answer it
-    cancelled = "cancelled"  # claimed for us, but cancelled: answer `cancelled`
-    answered = "answered"  # a reply was produced already: do nothing
-    busy = "busy"  # another attempt holds it now
 
 
 @dataclass(frozen=True)
@@ -153,7 +133,7 @@ class Keys:
         return f"{self.prefix}:worker:{worker_id}"
 
 
-class Ledger:
+class RedisLedger(Ledger):
     def __init__(self, client: redis.Redis, prefix: str, answered_ttl_s: int) -> None:
         self.redis = client
         self.keys = Keys(prefix)
@@ -163,17 +143,14 @@ class Ledger:
         self._begin_send = client.register_script(_BEGIN_SEND)
         self._take = client.register_script(_TAKE)
 
-    # --- idempotency by (tenant, request_id) -------------------------------------------------
+    def _pairs(self, ids: list[Key]) -> list[str]:
+        """Each request's key, then each one's cancel key (the scripts' KEYS)."""
+        return [self.keys.request(t, r) for t, r in ids] + [self.keys.cancel(t, r) for t, r in ids]
+
     def claim(
-        self,
-        ids: list[tuple[str, str]],
-        owner: str,
-        lease_ms: int,
-        worker_id: str | None = None,
+        self, ids: list[Key], owner: str, lease_ms: int, worker_id: str | None = None
     ) -> list[ClaimState]:
-        """Claim ``ids`` for ``owner`` (a batch id); with ``worker_id``, also record that this
-        worker computes the batch (see ``runners``). One round trip."""
-        keys = [self.keys.request(t, r) for t, r in ids] + [self.keys.cancel(t, r) for t, r in ids]
+        keys = self._pairs(ids)
         if worker_id is not None:
             keys.append(self.keys.running)
         if not keys:
@@ -181,41 +158,17 @@ class Ledger:
         raw = self._claim(keys=keys, args=[owner, max(1, lease_ms), worker_id or ""])
         return [ClaimState(v.decode() if isinstance(v, bytes) else v) for v in raw]
 
-    def begin_send(self, ids: list[tuple[str, str]], owner: str, ttl_ms: int) -> list[bool]:
-        """Mark ``owner``'s claims as sending; returns which of ``ids`` were cancelled."""
+    def begin_send(self, ids: list[Key], owner: str, ttl_ms: int) -> list[bool]:
         if not ids:
             return []
-        keys = [self.keys.request(t, r) for t, r in ids] + [self.keys.cancel(t, r) for t, r in ids]
-        return [bool(flag) for flag in self._begin_send(keys=keys, args=[owner, ttl_ms])]
+        return [bool(f) for f in self._begin_send(keys=self._pairs(ids), args=[owner, ttl_ms])]
 
-    def finish_batch(
+    def finish(
         self,
-        ids: list[tuple[str, str]],
+        ids: list[Key],
         dispatcher_id: str,
         completion: Completion,
-        where: Mapping[tuple[str, str], ReplyAt] | None = None,
-    ) -> None:
-        """Mark ``ids`` answered (``where``: their replies landed), tell the dispatcher, and
-        drop the batch from the running hash, in one round trip."""
-        self._notify(ids, dispatcher_id, completion, where, last=True)
-
-    def finish_rows(
-        self,
-        ids: list[tuple[str, str]],
-        dispatcher_id: str,
-        completion: Completion,
-        where: Mapping[tuple[str, str], ReplyAt] | None = None,
-    ) -> None:
-        """``finish_batch`` for some of a batch's requests, answered while the batch goes on
-        (it stays in the running hash)."""
-        self._notify(ids, dispatcher_id, completion, where, last=False)
-
-    def _notify(
-        self,
-        ids: list[tuple[str, str]],
-        dispatcher_id: str,
-        completion: Completion,
-        where: Mapping[tuple[str, str], ReplyAt] | None,
+        where: Mapping[Key, ReplyAt] | None,
         *,
         last: bool,
     ) -> None:
@@ -228,16 +181,13 @@ class Ledger:
             pipe.hdel(self.keys.running, completion.batch_id)
         pipe.execute()
 
-    def holders(self, ids: list[tuple[str, str]]) -> list[str | None]:
-        """The raw claim values: an owner, ``sending:<owner>``, ``answered`` or None."""
+    def holders(self, ids: list[Key]) -> list[str | None]:
         if not ids:
             return []
         raw = cast(list[bytes | None], self.redis.mget([self.keys.request(t, r) for t, r in ids]))
         return [v.decode() if v is not None else None for v in raw]
 
-    def mark_answered(
-        self, ids: list[tuple[str, str]], where: Mapping[tuple[str, str], ReplyAt] | None = None
-    ) -> None:
+    def mark_answered(self, ids: list[Key], where: Mapping[Key, ReplyAt] | None = None) -> None:
         if not ids:
             return
         pipe = self.redis.pipeline(transaction=False)
@@ -245,10 +195,7 @@ class Ledger:
         pipe.execute()
 
     def _mark(
-        self,
-        pipe: redis.client.Pipeline,
-        ids: list[tuple[str, str]],
-        where: Mapping[tuple[str, str], ReplyAt],
+        self, pipe: redis.client.Pipeline, ids: list[Key], where: Mapping[Key, ReplyAt]
     ) -> None:
         ttl = self.answered_ttl_s
         for tenant, request_id in ids:
@@ -257,67 +204,32 @@ class Ledger:
             if at is not None:
                 pipe.set(self.keys.reply_at(tenant, request_id), at.encode(), ex=ttl)
 
-    def replies_at(self, ids: list[tuple[str, str]]) -> list[ReplyAt | None]:
-        """Where each request's reply landed (None: not recorded)."""
+    def replies_at(self, ids: list[Key]) -> list[ReplyAt | None]:
         if not ids:
             return []
         raw = cast(list[bytes | None], self.redis.mget([self.keys.reply_at(t, r) for t, r in ids]))
         return [ReplyAt.decode(v) if v is not None else None for v in raw]
 
-    def reclaim(self, ids: list[tuple[str, str]], owner: str, lease_ms: int) -> list[bool]:
-        """Claim answered requests again whose reply the broker lost (read back: not where
-        ``replies_at`` says); True for each one claimed for ``owner``."""
+    def take_if(self, ids: list[Key], expected: list[str], owner: str, lease_ms: int) -> list[bool]:
         if not ids:
             return []
         keys = [self.keys.request(t, r) for t, r in ids]
-        got = self._take(keys=keys, args=[owner, max(1, lease_ms), *[ANSWERED] * len(ids)])
-        return [bool(v) for v in got]
+        return [bool(v) for v in self._take(keys=keys, args=[owner, max(1, lease_ms), *expected])]
 
-    def release(self, ids: list[tuple[str, str]], owner: str) -> int:
-        """Drop ``owner``'s claims (its attempt died or failed before answering), so the next
-        attempt need not wait for them to expire. Returns how many were released."""
+    def release(self, ids: list[Key], owner: str) -> int:
         if not ids:
             return 0
         return int(self._release(keys=[self.keys.request(t, r) for t, r in ids], args=[owner]))
 
-    def take_from_dead(
-        self,
-        ids: list[tuple[str, str]],
-        holders: list[str],
-        owner: str,
-        lease_ms: int,
-        beat_within_s: float,
-        buckets: list[int],
-    ) -> list[bool]:
-        """Claim for ``owner`` those of ``ids`` whose holder (``holders``: the raw claim
-        values) is an attempt computing on a worker that stopped beating: a killed worker's
-        claims need not run out first. An attempt that was *sending* keeps its claim (its
-        replies may be out; only the reply topic can tell)."""
-        if not ids:
-            return []
-        batches = sorted({h for h in holders if not h.startswith(SENDING_PREFIX)})
-        runner_of = dict(zip(batches, self.runners(batches), strict=True))
-        live = set().union(*self.live_workers(buckets, beat_within_s).values())
-        dead = {b for b, w in runner_of.items() if w is not None and w not in live}
-        take = [(key, h) for key, h in zip(ids, holders, strict=True) if h in dead]
-        if not take:
-            return [False] * len(ids)
-        keys = [self.keys.request(t, r) for (t, r), _ in take]
-        got = self._take(keys=keys, args=[owner, max(1, lease_ms), *[h for _, h in take]])
-        taken = {key for (key, _), ok in zip(take, got, strict=True) if ok}
-        return [key in taken for key in ids]
-
-    # --- cancellation ------------------------------------------------------------------------
     def cancel(self, tenant: str, request_id: str) -> None:
         self.redis.set(self.keys.cancel(tenant, request_id), 1, ex=self.answered_ttl_s)
 
-    def cancelled(self, ids: list[tuple[str, str]]) -> list[bool]:
+    def cancelled(self, ids: list[Key]) -> list[bool]:
         if not ids:
             return []
         values = cast(list[bytes | None], self.redis.mget([self.keys.cancel(t, r) for t, r in ids]))
         return [v is not None for v in values]
 
-    # --- who computes which batch ----------------------------------------------------------
     def end_batch(self, batch_id: str) -> None:
         self.redis.hdel(self.keys.running, batch_id)
 
@@ -328,34 +240,29 @@ class Ledger:
         return [v.decode() if v is not None else None for v in raw]
 
     def epoch(self, candidate: str) -> str:
-        """The store's epoch, set to ``candidate`` if it has none (a fresh or wiped Redis)."""
         self.redis.set(self.keys.epoch, candidate, nx=True)
         value = cast(bytes | None, self.redis.get(self.keys.epoch))
         return value.decode() if value is not None else candidate
 
-    # --- completions -------------------------------------------------------------------------
     def take_completions(self, dispatcher_id: str, limit: int = 1000) -> list[Completion]:
         raw = cast(list[bytes] | None, self.redis.lpop(self.keys.completions(dispatcher_id), limit))
         if not raw:
             return []
         return [Completion.model_validate_json(item) for item in raw]
 
-    # --- worker liveness ---------------------------------------------------------------------
     def heartbeat(
         self, worker_id: str, buckets: list[int], info: Mapping[str, object] | None = None
     ) -> None:
-        """``info``: the worker's version and plan (``WorkerInfo``), kept a minute."""
         now = time.time()
         pipe = self.redis.pipeline(transaction=False)
         for bucket in buckets:
             pipe.zadd(self.keys.workers(bucket), {worker_id: now})
-            pipe.zremrangebyscore(self.keys.workers(bucket), 0, now - 60)
+            pipe.zremrangebyscore(self.keys.workers(bucket), 0, now - BEATS_KEPT_S)
         if info is not None:
             pipe.set(self.keys.worker_info(worker_id), json.dumps(info), ex=WORKER_INFO_TTL_S)
         pipe.execute()
 
     def worker_info(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """What each of ``worker_ids`` said of itself at its last beat (absent: nothing)."""
         if not worker_ids:
             return {}
         raw = cast(
@@ -371,7 +278,6 @@ class Ledger:
         pipe.execute()
 
     def live_workers(self, buckets: list[int], within_s: float) -> dict[int, set[str]]:
-        """For each bucket, the ids of the workers that beat within ``within_s``."""
         since = time.time() - within_s
         pipe = self.redis.pipeline(transaction=False)
         for bucket in buckets:
