@@ -1,6 +1,6 @@
 """``Client``: submit texts, get futures of replies.
 
-    with Client(tenant="acme") as client:
+    with Client(Settings(), tenant="acme") as client:  # Settings() reads HEADRACE_*
         vectors = client.embed(["a sentence", "another one"])
         future = client.submit("one more")        # concurrent.futures.Future[Reply]
         reply = future.result(timeout=30)
@@ -91,7 +91,7 @@ CHARS_PER_TOKEN_MAX = 64
 class Client(GenerationMixin):
     def __init__(
         self,
-        settings: Settings | None = None,
+        settings: Settings,
         *,
         tenant: str = "default",
         reply_topic: str | None = None,
@@ -102,8 +102,10 @@ class Client(GenerationMixin):
         """``listen``: False for a caller that reads its reply topic itself (bulk jobs): no
         reply listener and no resends; only ``send_nowait`` and ``cancel`` then.
         ``transport``: the broker client (``open_transport(settings)`` by default).
-        ``lane``: ``bulk`` for work that may wait for online traffic (bulk jobs use it)."""
-        self.settings = settings or Settings()
+        ``lane``: ``bulk`` for work that may wait for online traffic (bulk jobs use it).
+        ``settings`` is built by the caller (``Settings()`` reads the environment): the
+        client itself reads none."""
+        self.settings = settings
         self.tenant = check_tenant(tenant)  # TenantNameError before anything connects
         # its signing key, where the tenant has one: its requests and cancellations are signed
         self._key = tenant_key(self.settings.tenant_keys_dir, self.tenant)

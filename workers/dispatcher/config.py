@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from headrace.config.settings import Settings
+from headrace.config.settings import Settings, default
 from headrace.limits.policy import TenantLimits
 from headrace.schemas.signing import Keys, tenant_keys
 from headrace.schemas.topics import Lane, Topics
@@ -25,7 +25,9 @@ from headrace.workers.packing import PackingBatcher
 @dataclass(frozen=True)
 class CoreConfig:
     """What the core needs of the settings, and the models it serves (name -> max tokens:
-    looked up by the shell, since finding a model can touch the disk)."""
+    looked up by the shell, since finding a model can touch the disk). Defaults are the
+    settings' own (``default``); ``pack`` alone differs: bare, the core batches in arrival
+    order, the rule its delivery tests drive."""
 
     dispatcher_id: str
     topics: Topics
@@ -34,35 +36,37 @@ class CoreConfig:
     # tenants that sign their records, and their keys (schemas/signing.py)
     tenant_keys: Keys = field(default_factory=dict)
     # how long the ledger remembers an answered id: a signed request older is a replay
-    answered_ttl_s: float = 7 * 24 * 3600
-    max_batch_tokens: int = 4096
-    bulk_max_batch_tokens: int = 1024
-    max_wait_ms: float = 20.0
-    max_inflight_batches_per_bucket: int = 8
-    lease_base_s: float = 30.0
-    lease_s_per_1k_tokens: float = 2.0
-    commit_interval_ms: float = 100.0
-    max_attempts: int = 3
-    max_request_bytes: int = 256 * 1024
-    degraded_fallback: Literal["error", "queue"] = "error"
+    answered_ttl_s: float = default("answered_ttl_s")
+    max_batch_tokens: int = default("max_batch_tokens")
+    bulk_max_batch_tokens: int = default("bulk_max_batch_tokens")
+    max_wait_ms: float = default("max_wait_ms")
+    max_inflight_batches_per_bucket: int = default("max_inflight_batches_per_bucket")
+    lease_base_s: float = default("lease_base_s")
+    lease_s_per_1k_tokens: float = default("lease_s_per_1k_tokens")
+    commit_interval_ms: float = default("commit_interval_ms")
+    max_attempts: int = default("max_attempts")
+    max_request_bytes: int = default("max_request_bytes")
+    degraded_fallback: Literal["error", "queue"] = default("degraded_fallback")
     health: HealthPolicy = field(default_factory=HealthPolicy)
     ladder: LadderPolicy = field(default_factory=LadderPolicy)
     # request topics are neither compacted nor transactional: a fetch that starts past the
     # next expected offset skipped records (seen with tansu); read them again
     contiguous_offsets: bool = True
-    scaling_prior_tokens_per_s: float = 5000.0
+    scaling_prior_tokens_per_s: float = default("scaling_prior_tokens_per_s")
     # a bucket's waiting requests are packed into batches of similar length (False: the
     # arrival-order rule, which the delivery unit tests use)
     pack: bool = False
-    batch_overhead_tokens: int = 32
-    pack_window: int = 2
+    batch_overhead_tokens: int = default("batch_overhead_tokens")
+    pack_window: int = default("pack_window")
     lanes: LanePolicy = field(default_factory=LanePolicy)
     limits: LimitsPolicy = field(default_factory=LimitsPolicy)
     # fair share (fair.py): tokens a tenant of weight 1 is given a turn, and the tokens read
     # ahead of the workers (per bucket and lane) before a lane's topic is paused
-    fair_share: bool = True  # False: arrival order (one queue, one band)
-    fair_quantum_tokens: int | None = None  # None: a 16th of the lane's batch budget
-    fair_read_ahead_tokens: int = 65_536
+    fair_share: bool = default("fair_share")  # False: arrival order (one queue, one band)
+    fair_quantum_tokens: int | None = default(
+        "fair_quantum_tokens"
+    )  # None: a 16th of the lane's batch budget
+    fair_read_ahead_tokens: int = default("fair_read_ahead_tokens")
 
     def batcher(self, lane: Lane, clock: Callable[[], float]) -> Batcher[Pending]:
         """A bucket's batcher for ``lane``: the packer, or the arrival-order rule."""

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from headrace.config.settings import default
+
 
 class Health(StrEnum):
     ok = "ok"
@@ -28,12 +30,12 @@ class Health(StrEnum):
 
 @dataclass(frozen=True)
 class HealthPolicy:
-    degrade_after_s: float = 5.0
-    cold_start_s: float = 300.0
-    error_rate: float = 0.5
-    min_requests: int = 20
-    window_s: float = 30.0
-    cooldown_s: float = 10.0
+    degrade_after_s: float = default("degrade_after_s")
+    cold_start_s: float = default("cold_start_s")
+    error_rate: float = default("breaker_error_rate")
+    min_requests: int = default("breaker_min_requests")
+    window_s: float = default("breaker_window_s")
+    cooldown_s: float = default("breaker_cooldown_s")
 
 
 class BucketHealth:

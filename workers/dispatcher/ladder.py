@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from headrace.config.settings import DegradeRung
+from headrace.config.settings import DegradeRung, default
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import EmbeddingResult, GenerationResult, Request
 
@@ -46,7 +46,7 @@ class LadderPolicy:
     opt_out: frozenset[str] = frozenset()  # tenants that get the reject at once
     # a request is late when the bucket's queued work needs more than this times what its
     # deadline leaves (0: never)
-    late_factor: float = 1.0
+    late_factor: float = default("degrade_late_factor")
 
 
 @dataclass(frozen=True)

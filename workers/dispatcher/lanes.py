@@ -22,14 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from headrace.config.settings import default
 from headrace.schemas.topics import Lane
 
 
 @dataclass(frozen=True)
 class LanePolicy:
-    reserved_workers: int = 1
-    starvation_s: float = 5.0
-    harvest_after_s: float | None = 1.0  # None: bulk never takes the reserved workers
+    reserved_workers: int = default("bulk_reserved_workers")
+    starvation_s: float = default("bulk_starvation_s")
+    harvest_after_s: float | None = default(
+        "bulk_harvest_after_s"
+    )  # None: bulk never takes the reserved workers
 
     def bulk_cap(self, live_workers: int, online_quiet_s: float | None = 0.0) -> int:
         """``online_quiet_s``: since online work last waited or ran on these workers (None:

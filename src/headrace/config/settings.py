@@ -397,3 +397,10 @@ class Settings(BaseSettings):
         if parsed.port is None:
             raise ValueError(f"no port in {url!r}")
         return parsed.port
+
+
+def default(name: str) -> Any:
+    """The default of setting ``name``: the one source for a policy object that repeats a
+    setting's default (the dispatcher's ``CoreConfig``, its health, lane and ladder policies),
+    without reading the environment."""
+    return Settings.model_fields[name].get_default(call_default_factory=True)

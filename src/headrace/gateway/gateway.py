@@ -41,8 +41,9 @@ from headrace.usage.meter import UsageMeter
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+def create_app(settings: Settings) -> FastAPI:
+    """The gateway's composition root: everything it serves is built here from ``settings``
+    (the CLI's ``Settings()`` reads the environment; nothing below reads it again)."""
     store = JobStore(settings.sql_url)
     # one Client for the process (one producer, one reply listener, one resender), made at
     # the first call; each tenant gets a view of it (its name, signing key, pending slots)

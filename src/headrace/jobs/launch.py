@@ -28,7 +28,7 @@ def new_job(
     kind: str = "batch",
     owner: str | None = None,
 ) -> Job:
-    """Register a job (status validating); ``JobRunner(store, id).run()`` carries it out,
+    """Register a job (status validating); ``JobRunner(store, id, settings).run()`` carries it out,
     or any runner pool. ``owner``: the runner that will, holding the lease from the start
     (so no pool takes the job first). Its spools live in ``<state_dir>/jobs/<id>``."""
     job_id = new_job_id()

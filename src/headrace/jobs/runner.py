@@ -71,7 +71,7 @@ class JobRunner:
         self,
         store: JobStore,
         job_id: str,
-        settings: Settings | None = None,
+        settings: Settings,
         options: RunOptions | None = None,
         on_progress: Callable[[Job, Counts], None] | None = None,
         owner: str | None = None,
@@ -82,7 +82,7 @@ class JobRunner:
         self.store = store
         self.halt = halt or threading.Event()
         self.job_id = job_id
-        self.settings = settings or Settings()
+        self.settings = settings
         self.options = options or RunOptions()
         self.on_progress = on_progress
         job = store.get(job_id)
