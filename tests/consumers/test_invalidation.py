@@ -27,6 +27,7 @@ from headrace.schemas.signing import invalidation_signature
 from headrace.schemas.topics import Topics
 from headrace.transport.kafka import clients as kafka_clients
 from tests.cache.entries import TAGS, new_entry
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -127,9 +128,7 @@ def test_explicit_invalidations_and_unreadable_records(
         Invalidation(tenant="initech", all_of_tenant=True),
     ):
         produce(conf, topic, record.model_dump_json().encode())
-    deadline = time.monotonic() + 10
-    while invalidator.counts["applied"] < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: invalidator.counts["applied"] >= 4, 10, "4 invalidations applied")
     assert invalidator.counts["applied"] == 4
     assert invalidator.counts["invalid_record"] == 2
     assert invalidator.counts["rule_mismatch"] == 1
@@ -159,9 +158,7 @@ def test_a_signing_tenant_s_unsigned_invalidation_is_skipped(
         )
         for record in (forged, real):
             produce(conf, topic, record.model_dump_json().encode())
-        deadline = time.monotonic() + 10
-        while inv.counts["applied"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: inv.counts["applied"] >= 1, 10, "the signed invalidation applied")
         assert inv.counts["applied"] == 1 and inv.counts["unauthenticated"] == 1
         assert cache.get(kept.key) is not None and cache.get(gone.key) is None
     finally:

@@ -4,7 +4,6 @@ past session_idle_s is in S3 and not in Redis, and the next turn sees its whole 
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import pytest
@@ -13,6 +12,7 @@ from headrace.config.settings import Settings
 from headrace.consumers.invalidation import Invalidator
 from headrace.ops.localstack import LocalStack
 from headrace.sessions.store import Turn, open_sessions
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,10 +35,7 @@ def test_the_invalidator_archives_idle_sessions_and_the_next_turn_sees_them(
     thread = threading.Thread(target=invalidator.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while store.redis.exists(key):
-            assert time.monotonic() < deadline, "the idle session was not archived"
-            time.sleep(0.1)
+        eventually(lambda: not store.redis.exists(key), 30, "the idle session archived")
     finally:
         stop.set()
         thread.join(timeout=10)

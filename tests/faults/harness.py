@@ -26,6 +26,7 @@ from headrace.schemas.messages import Reply
 from headrace.schemas.topics import Topics
 from headrace.workers.ledger import RedisLedger
 from tests.conftest import pipeline_env
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 
 # Requests in flight per fault: 1,000 by default (the runs in docs/faults.md's table used
@@ -102,11 +103,12 @@ class Run:
             return len(self.arrivals)
 
     def wait_for(self, count: int, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.answered() < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"only {self.answered()} of {count} replies in {timeout_s}s")
-            time.sleep(0.02)
+        eventually(
+            lambda: self.answered() >= count,
+            timeout_s,
+            f"{count} replies (only {self.answered()} so far)",
+            every_s=0.02,
+        )
 
     def replies(self, timeout_s: float = 300) -> list[Reply | None]:
         """Each request's reply, None where none came within ``timeout_s`` (counted as lost

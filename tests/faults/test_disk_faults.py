@@ -26,6 +26,7 @@ from headrace.jobs.store import JobStore
 from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import Reply
 from tests.disk import fill, small_disk
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 from tests.jobs.test_runner import answered_lines, job_settings
 
@@ -75,10 +76,11 @@ def test_a_full_spool_disk_stops_the_job_until_there_is_room(
         filler = fill(disk, leave_bytes=1 << 20)  # room for about 120 lines
         stops_before = disk_full_stops()
         with carried(by, store, job.id, settings):
-            deadline = time.monotonic() + 120
-            while not (stopped := store.get(job.id)).errors:
-                assert time.monotonic() < deadline, f"never stopped: {stopped.status}"
-                time.sleep(0.05)
+            stopped = eventually(
+                lambda: (now := store.get(job.id)).errors and now,
+                120,
+                "the job stopped by the full disk",
+            )
             # the fault landed mid-job: lines answered, more to come
             assert stopped.state is JobStatus.in_progress, stopped.status
             written = sum(answered_lines(Path(stopped.spool_dir)).values())

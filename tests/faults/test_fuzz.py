@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -21,6 +20,7 @@ from headrace.schemas.messages import Reply, Request
 from headrace.schemas.topics import Topics
 from headrace.transport.kafka import clients as kafka_clients
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(300)
@@ -102,13 +102,15 @@ def test_fuzzed_records_get_one_reply_each(
         producer.flush()
         producer.close()
         expected = {rid for _, rid in built if rid is not None}
-        deadline = time.monotonic() + 60
-        counts: collections.Counter[str] = collections.Counter()
-        while set(counts) < expected and time.monotonic() < deadline:
+
+        def answered() -> collections.Counter[str]:
             counts = collections.Counter(
                 Reply.model_validate_json(r.value).request_id for r in read_topic(conf, reply_to)
             )
-        assert set(counts) == expected, f"missing {expected - set(counts)}"
+            assert set(counts) == expected, f"missing {expected - set(counts)}"
+            return counts
+
+        counts = eventually(answered, 60, "a reply to every well-formed record")
         assert max(counts.values(), default=1) == 1, counts.most_common(3)
         assert pipeline.dispatcher.alive()
         assert client.submit("alive after the fuzz").result(30).result is not None

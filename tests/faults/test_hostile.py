@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from headrace.config.settings import Settings
-from headrace.ops.localstack import LocalStack, wait_for
+from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorCode
@@ -21,6 +21,7 @@ from headrace.schemas.messages import DEAD_LETTER_ORIGINAL_BYTES, DeadLetter, fi
 from headrace.schemas.topics import Topics
 from headrace.transport.kafka import clients as kafka_clients
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -80,7 +81,7 @@ def test_hostile_records_are_dead_lettered_and_good_traffic_is_answered(
                 for r in read_topic(settings, topics.dead_letter)
             ]
 
-        wait_for(lambda: len(dead_letters()) >= len(cases), 30, "the hostile records' letters")
+        eventually(lambda: len(dead_letters()) >= len(cases), 30, "the hostile records' letters")
         letters = dead_letters()
         own_replies = [final_reply(r.value) for r in read_topic(settings, client.reply_topic)]
         others = read_topic(settings, f"{prefix}-other.replies.default")

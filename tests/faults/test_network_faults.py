@@ -17,6 +17,7 @@ from headrace.models.register import register
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from tests.conftest import unique_prefix
+from tests.eventually import eventually
 from tests.faults.harness import run_with_fault
 from tests.faults.proxy import FaultProxy
 from tests.models.copies import minilm_copy, upload
@@ -117,11 +118,13 @@ def test_s3_answering_2_s_late_while_a_worker_loads_its_model(
 
         def loaded_then_heal(pipeline: Pipeline) -> None:
             worker = pipeline.workers[-1]
-            deadline = time.monotonic() + 240
-            while not worker.ready():
-                assert worker.alive(), f"the new worker ended: exit {worker.exit_code}"
-                assert time.monotonic() < deadline, "the new worker never got ready"
-                time.sleep(0.2)
+
+            def ready() -> bool:
+                if not worker.alive():
+                    raise RuntimeError(f"the new worker ended: exit {worker.exit_code}")
+                return worker.ready()
+
+            eventually(ready, 240, "the new worker ready", every_s=0.2)
             joining["ready_s"] = time.monotonic() - joining["started"]
             proxy.heal()
 

@@ -17,6 +17,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline, Proc
 from headrace.schemas.topics import LANES
 from tests.conftest import unique_prefix
+from tests.eventually import eventually
 from tests.faults.harness import run_with_fault
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -119,14 +120,15 @@ def test_one_of_two_dispatchers_killed_the_other_takes_its_partitions(stack: Loc
 
     def kill_one(pipeline: Pipeline) -> None:
         survivor, victim = pipeline.dispatchers
+
         # the group may still be splitting the partitions between the two (seen in CI: the
         # survivor held all 92 when the fault came): the kill waits for the split
-        deadline = time.monotonic() + 20
-        held = assignments(survivor.log_path)
-        while not (held and 0 < held[-1][1] < every) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        def split() -> list[tuple[float, int]]:
             held = assignments(survivor.log_path)
-        assert held and 0 < held[-1][1] < every, f"the survivor holds {held}: nothing to take"
+            assert held and 0 < held[-1][1] < every, f"the survivor holds {held}: nothing to take"
+            return held
+
+        held = eventually(split, 20, "the partitions split between the two", every_s=0.2)
         seen.update(survivor=survivor.log_path, killed_at=time.time(), before=held[-1][1])
         victim.kill()
         pipeline.dispatchers.remove(victim)  # not restarted: the survivor must take over
@@ -168,10 +170,12 @@ def test_a_dispatcher_killed_during_a_rebalance(stack: LocalStack) -> None:
         joined_at = time.time()
         newcomer.launch()
         pipeline.dispatchers.append(newcomer)  # stopped with the pipeline
-        deadline = time.monotonic() + 60
-        while not [t for t, _ in assignments(victim.log_path, REVOKED) if t >= joined_at]:
-            assert time.monotonic() < deadline, "the newcomer's join never started a rebalance"
-            time.sleep(0.02)
+        eventually(
+            lambda: [t for t, _ in assignments(victim.log_path, REVOKED) if t >= joined_at],
+            60,
+            "a rebalance started by the newcomer's join",
+            every_s=0.02,
+        )
         seen["assigned_before"] = [
             (t, n)
             for proc in (survivor, victim, newcomer)

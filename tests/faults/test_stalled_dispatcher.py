@@ -16,6 +16,7 @@ from headrace.ops.processes import Pipeline, Proc
 from headrace.producers.client import Client
 from headrace.workers.stall_watch import STALL_EXIT_CODE
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.faults.harness import answered_once_after_replacement
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -41,9 +42,7 @@ def test_a_dispatcher_whose_loop_hangs_exits_and_a_fresh_one_answers_everything_
         texts = [f"sent with the stall {i}" for i in range(20)] + [f"the stalling one {STALL}"]
         submissions = before + client.submit_many(texts)
         stalled = pipeline.dispatcher
-        deadline = time.monotonic() + 60
-        while stalled.exit_code() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: stalled.exit_code() is not None, 60, "the stalled dispatcher's exit")
         exited_at = time.monotonic()
         # the fault landed with requests in flight: the stalling request unanswered, and the
         # dispatcher ended itself with the watch's code, saying where every thread stood

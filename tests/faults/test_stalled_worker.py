@@ -16,6 +16,7 @@ from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.workers.stall_watch import STALL_EXIT_CODE
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.faults.harness import answered_once_after_replacement
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -41,9 +42,7 @@ def test_a_worker_whose_model_hangs_exits_and_its_requests_are_answered_elsewher
         texts = [f"the one whose pass never ends {STALL}"] + [f"a batch-mate {i}" for i in range(6)]
         submissions = client.submit_many(texts)
         stalled = submissions[0]
-        deadline = time.monotonic() + 60
-        while stalling.exit_code() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: stalling.exit_code() is not None, 60, "the stalled worker's exit")
         exited_at = time.monotonic()
         # the fault landed with requests in flight: the hung request was taken and not
         # answered, and the worker ended itself with the watch's code

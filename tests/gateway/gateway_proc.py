@@ -7,11 +7,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from tests.eventually import eventually
 
 
 def free_port() -> int:
@@ -61,17 +63,37 @@ def running_gateway(
         if started is not None:
             started.append(proc)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
+
+        def serving() -> bool:
             try:
                 httpx.get(f"{url}/openapi.json", timeout=1)
-                break
+                return True
             except httpx.TransportError:
-                assert proc.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "the gateway did not start"
-                time.sleep(0.2)
+                if proc.poll() is not None:
+                    raise RuntimeError(log_path.read_text()) from None
+                return False
+
+        eventually(serving, 60, "the gateway serving", every_s=0.2)
         try:
             yield url, keys
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+FINAL_STATES = ("completed", "failed", "cancelled", "expired")
+
+
+def finished(batch: dict[str, Any]) -> dict[str, Any] | None:
+    """A batch object (JSON), once it is in a final state (for ``eventually``)."""
+    return batch if batch["status"] in FINAL_STATES else None
+
+
+def completed_job(job: dict[str, Any]) -> dict[str, Any] | None:
+    """A job object (JSON), once completed; any state a running job cannot be in fails at
+    once (for ``eventually``)."""
+    if job["status"] == "completed":
+        return job
+    if job["status"] not in ("validating", "in_progress", "finalizing"):
+        raise RuntimeError(f"the job ended {job['status']}: {job}")
+    return None

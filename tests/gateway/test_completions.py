@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,8 @@ from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import Control
 from headrace.schemas.topics import Topics
 from tests.conftest import pipeline_env, unique_prefix
-from tests.gateway.gateway_proc import auth, running_gateway
+from tests.eventually import eventually
+from tests.gateway.gateway_proc import auth, completed_job, finished, running_gateway
 from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(300)
@@ -144,11 +144,10 @@ def test_a_batch_file_of_chat_completions(gateway: tuple[str, dict[str, str]]) -
         )
         assert created.status_code == 200, created.text
         batch = created.json()
-        deadline = time.monotonic() + 120
-        while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
-            assert time.monotonic() < deadline, batch
-            time.sleep(0.3)
-            batch = http.get(f"/v1/batches/{batch['id']}").json()
+        batch_id = batch["id"]
+        batch = eventually(
+            lambda: finished(http.get(f"/v1/batches/{batch_id}").json()), 120, "the batch"
+        )
         assert batch["status"] == "completed", batch
         assert batch["endpoint"] == chat
         assert batch["request_counts"] == {"total": 6, "completed": 5, "failed": 1}
@@ -232,11 +231,11 @@ def test_single_jobs_take_completions_and_chat_as_well_as_embeddings(
         for kind, response in created.items():
             assert response.status_code == 200, response.text
             job_id = response.json()["id"]
-            deadline = time.monotonic() + 90
-            while (job := http.get(f"/v1/jobs/{job_id}").json())["status"] != "completed":
-                assert job["status"] in ("validating", "in_progress", "finalizing"), job
-                assert time.monotonic() < deadline, job
-                time.sleep(0.2)
+            job = eventually(
+                lambda job_id=job_id: completed_job(http.get(f"/v1/jobs/{job_id}").json()),
+                90,
+                "the job",
+            )
             body = job["response"]["body"]
             assert job["response"]["status_code"] == 200 and body["object"] == kind
             assert body["usage"]["completion_tokens"] <= 6
@@ -258,15 +257,18 @@ def test_a_client_that_leaves_a_stream_cancels_its_request(
         first = next(line for line in streamed.iter_lines() if line.startswith("data: "))
     request_id = json.loads(first.removeprefix("data: "))["id"].removeprefix("cmpl-")
     settings = Settings(topic_prefix=PREFIX[0])
-    deadline = time.monotonic() + 20
-    cancelled: list[str] = []
-    while request_id not in cancelled and time.monotonic() < deadline:
-        time.sleep(0.2)
-        cancelled = [
-            Control.model_validate_json(r.value).request_id
-            for r in read_topic(settings, Topics(PREFIX[0]).control)
-        ]
-    assert request_id in cancelled
+    eventually(
+        lambda: (
+            request_id
+            in [
+                Control.model_validate_json(r.value).request_id
+                for r in read_topic(settings, Topics(PREFIX[0]).control)
+            ]
+        ),
+        20,
+        "the cancellation on the control topic",
+        every_s=0.2,
+    )
 
 
 def test_a_parameter_not_served_is_a_400_naming_it_never_dropped(

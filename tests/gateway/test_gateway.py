@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,8 @@ from headrace.config.settings import Settings
 from headrace.jobs.webhooks import SIGNATURE, verify
 from headrace.ops.processes import Pipeline
 from headrace.schemas.topics import Topics
-from tests.gateway.gateway_proc import auth, running_gateway
+from tests.eventually import eventually
+from tests.gateway.gateway_proc import auth, finished, running_gateway
 from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(300)
@@ -80,11 +80,12 @@ def test_batch_round_trip_isolation_and_errors(gateway: tuple[str, dict[str, str
         assert created.status_code == 200, created.text
         batch = created.json()
         assert batch["object"] == "batch" and batch["status"] == "validating"
-        deadline = time.monotonic() + 120
-        while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
-            assert time.monotonic() < deadline, batch
-            time.sleep(0.3)
-            batch = http.get(f"/v1/batches/{batch['id']}", headers=acme).json()
+        batch_id = batch["id"]
+        batch = eventually(
+            lambda: finished(http.get(f"/v1/batches/{batch_id}", headers=acme).json()),
+            120,
+            "the batch",
+        )
         assert batch["status"] == "completed", batch
         assert batch["request_counts"] == {"total": 13, "completed": 12, "failed": 1}
         out = http.get(f"/v1/files/{batch['output_file_id']}/content", headers=acme)
@@ -206,10 +207,7 @@ def test_single_async_job_with_webhook(gateway: tuple[str, dict[str, str]]) -> N
             assert created.status_code == 200, created.text
             job = created.json()
             assert job["object"] == "job" and job["response"] is None
-            deadline = time.monotonic() + 90
-            while not received:
-                assert time.monotonic() < deadline, "no webhook call"
-                time.sleep(0.2)
+            eventually(lambda: received, 90, "the webhook call")
             done = http_client.get(f"/v1/jobs/{job['id']}").json()
             assert done == received[0] and signed == [True]  # signed with acme's secret
             assert done["status"] == "completed" and done["metadata"] == {"k": "v"}

@@ -5,7 +5,6 @@ the SDK's defaults, models, files, batches in every state, and errors in OpenAI'
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types import Batch
+from openai.types import Batch, CreateEmbeddingResponse
 
 from headrace.config.settings import Settings
 from headrace.models.tokenizer import count_tokens, tokenizer_for
@@ -21,6 +20,7 @@ from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import Request
 from headrace.schemas.topics import Topics
 from tests.disk import fill, small_disk
+from tests.eventually import eventually
 from tests.gateway.gateway_proc import running_gateway
 from tests.integration.topics import read_topic
 
@@ -62,16 +62,17 @@ def batch_file(texts: list[str]) -> bytes:
     return "\n".join(json.dumps(line) for line in lines).encode()
 
 
-def wait_for(
+def batch_in(
     client: openai.OpenAI, batch_id: str, states: tuple[str, ...] = FINAL, timeout_s: float = 180
 ) -> Batch:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """The batch, once its status is one of ``states``."""
+
+    def reached() -> Batch:
         batch = client.batches.retrieve(batch_id)
-        if batch.status in states:
-            return batch
-        assert time.monotonic() < deadline, batch
-        time.sleep(0.2)
+        assert batch.status in states, batch
+        return batch
+
+    return eventually(reached, timeout_s, f"batch {batch_id} in {states}", every_s=0.2)
 
 
 def output_lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
@@ -172,7 +173,7 @@ def test_batch_round_trip_usage_metadata_and_pages(client: openai.OpenAI) -> Non
     with pytest.raises(openai.ConflictError) as in_use:  # its input cannot go while it runs
         client.files.delete(source.id)
     assert in_use.value.code == "file_in_use"
-    done = wait_for(client, created.id)
+    done = batch_in(client, created.id)
     assert done.status == "completed", done
     assert done.request_counts is not None
     assert (done.request_counts.total, done.request_counts.completed) == (20, 20)
@@ -197,7 +198,7 @@ def test_batch_round_trip_usage_metadata_and_pages(client: openai.OpenAI) -> Non
     every = [b.id for b in client.batches.list(limit=1)]  # the SDK follows `after`
     assert every[:3] == [others[1], others[0], done.id] and len(every) == len(set(every))
     for batch_id in others:
-        wait_for(client, batch_id)
+        batch_in(client, batch_id)
 
 
 def test_cancel_while_validating_and_while_in_progress(client: openai.OpenAI) -> None:
@@ -209,23 +210,24 @@ def test_cancel_while_validating_and_while_in_progress(client: openai.OpenAI) ->
     )
     cancelling = client.batches.cancel(early.id)
     assert cancelling.status in ("cancelling", "cancelled")
-    early_end = wait_for(client, early.id)
+    early_end = batch_in(client, early.id)
     assert early_end.status == "cancelled", early_end
     assert early_end.cancelled_at is not None
 
     later = client.batches.create(
         input_file_id=source.id, endpoint="/v1/embeddings", completion_window="24h"
     )
-    deadline = time.monotonic() + 120
-    while True:  # cancel once some lines are answered and others are not
+
+    def some_answered() -> bool:  # cancel once some lines are answered and others are not
         batch = client.batches.retrieve(later.id)
+        if batch.status not in ("validating", "in_progress"):
+            raise RuntimeError(f"the batch ended before it could be cancelled: {batch}")
         counts = batch.request_counts
-        if batch.status == "in_progress" and counts is not None and counts.completed > 0:
-            break
-        assert batch.status in ("validating", "in_progress") and time.monotonic() < deadline
-        time.sleep(0.05)
+        return batch.status == "in_progress" and counts is not None and counts.completed > 0
+
+    eventually(some_answered, 120, "some lines answered", every_s=0.05)
     client.batches.cancel(later.id)
-    end = wait_for(client, later.id)
+    end = batch_in(client, later.id)
     assert end.status == "cancelled", end
     assert end.request_counts is not None and 0 < end.request_counts.completed < 3000
     out = output_lines(client, end.output_file_id)
@@ -245,7 +247,7 @@ def test_a_batch_past_its_completion_window_expires_with_partial_output(
     )
     assert created.completion_window == "6s"
     assert created.expires_at is not None and created.expires_at - created.created_at == 6
-    end = wait_for(client, created.id)
+    end = batch_in(client, created.id)
     assert end.status == "expired", end
     counts = end.request_counts
     assert counts is not None and counts.completed > 0 and counts.failed > 0
@@ -312,14 +314,14 @@ def test_a_full_pipeline_client_is_a_429_rate_limit_error(
             sdk.embeddings.create(model=MODEL, input=["one", "two", "three"])
         assert full.value.code == "rate_limit_exceeded"
         assert full.value.type == "requests" and full.value.request_id
-        deadline = time.monotonic() + 30
-        while True:  # once the one in the air is answered, there is room again
+
+        def room() -> CreateEmbeddingResponse | None:  # once the one in the air is answered
             try:
-                alone = sdk.embeddings.create(model=MODEL, input="one")
-                break
+                return sdk.embeddings.create(model=MODEL, input="one")
             except openai.RateLimitError:
-                assert time.monotonic() < deadline, "no room came back"
-                time.sleep(0.2)
+                return None
+
+        alone = eventually(room, 30, "room again", every_s=0.2)
         assert len(alone.data) == 1
 
 

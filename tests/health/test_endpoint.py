@@ -3,7 +3,6 @@ from a running dispatcher and invalidator started with --metrics-port."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Proc
 from tests.clock import FakeClock
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.gateway.gateway_proc import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,10 +68,11 @@ def test_a_dispatcher_and_an_invalidator_serve_them(stack: LocalStack, tmp_path:
     try:
         for name, port in ports.items():
             base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 10
-            while httpx.get(f"{base}/readyz").status_code != 200:  # READY said: ready
-                assert time.monotonic() < deadline, name
-                time.sleep(0.1)
+            eventually(  # READY said: ready
+                lambda base=base: httpx.get(f"{base}/readyz").status_code == 200,
+                10,
+                f"{name} ready",
+            )
             assert httpx.get(f"{base}/healthz").status_code == 200
             text = httpx.get(f"{base}/metrics").text
             series = {
@@ -80,13 +81,14 @@ def test_a_dispatcher_and_an_invalidator_serve_them(stack: LocalStack, tmp_path:
             }[name]
             assert f"# TYPE {series} counter" in text, text[-800:]
         # the autoscaling signal is there for every bucket before any traffic
-        text = httpx.get(f"http://127.0.0.1:{ports['dispatcher']}/metrics").text
-        deadline = time.monotonic() + 10
         signal = 'headrace_dispatcher_queued_work_seconds{bucket="512",lane="%s"} 0.0'
-        while not all(signal % lane in text for lane in ("online", "bulk")):
-            assert time.monotonic() < deadline, text[-1500:]
-            time.sleep(0.2)
+
+        def both_lanes() -> bool:
             text = httpx.get(f"http://127.0.0.1:{ports['dispatcher']}/metrics").text
+            assert all(signal % lane in text for lane in ("online", "bulk")), text[-1500:]
+            return True
+
+        eventually(both_lanes, 10, "the scaling signal for both lanes", every_s=0.2)
     finally:
         for proc in procs:
             proc.stop()

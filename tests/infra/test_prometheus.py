@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Proc
 from headrace.producers.client import Client
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.gateway.gateway_proc import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -76,16 +76,22 @@ def test_prometheus_scrapes_the_pipeline(stack: LocalStack, tmp_path: Path) -> N
             texts = [f"scraped text {i} " + "word " * (i % 30) for i in range(REQUESTS)]
             assert len(client.embed(texts)) == REQUESTS
         ok = 'sum(headrace_worker_replies_total{outcome="ok"})'
-        deadline = time.monotonic() + 60
-        while scalar(base, ok) != REQUESTS:
-            assert prometheus.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, f"{ok} = {scalar(base, ok)}"
-            time.sleep(0.5)
+
+        def scraped() -> bool:
+            if prometheus.poll() is not None:
+                raise RuntimeError((tmp_path / "prometheus.log").read_text()[-2000:])
+            assert scalar(base, ok) == REQUESTS, f"{ok} = {scalar(base, ok)}"
+            return True
+
+        eventually(scraped, 60, "every reply counted in Prometheus", every_s=0.5)
         both = {"headrace-dispatcher": "1", "headrace-worker": "1"}
-        deadline = time.monotonic() + 20
-        while (up := {r["metric"]["job"]: r["value"][1] for r in query(base, "up")}) != both:
-            assert time.monotonic() < deadline, up  # each target is scraped within seconds
-            time.sleep(0.5)
+
+        def up() -> bool:  # each target is scraped within seconds
+            found = {r["metric"]["job"]: r["value"][1] for r in query(base, "up")}
+            assert found == both, found
+            return True
+
+        eventually(up, 20, "both targets up", every_s=0.5)
         since_start = "histogram_quantile(0.99, sum by (le) (headrace_request_seconds_bucket))"
         p99 = scalar(base, since_start)
         assert p99 is not None and 0 < p99 < 60

@@ -16,11 +16,13 @@ from headrace.cache.requests import request_key
 from headrace.config.cache_policy import DEFAULT_CLASSES
 from headrace.config.settings import Settings
 from headrace.models.registry import serving_version
-from headrace.ops.localstack import LocalStack, wait_for
+from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorCode
+from headrace.schemas.messages import Reply
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -56,7 +58,7 @@ def test_without_workers_the_ladder_serves_a_stale_cached_result_then_the_canned
             key = request_key(submission.request, serving_version(settings, submission.request))
             l3 = client.cache.l3 if client.cache is not None else None
             assert l3 is not None
-            wait_for(lambda: l3.get(key) is not None, 30, "the computed result in L3")
+            eventually(lambda: l3.get(key) is not None, 30, "the computed result in L3")
             pipeline.workers[0].kill()
             time.sleep(max(BRIEF_S, 1 + 3 * 0.3) + 1.0)  # expired, and the bucket degraded
 
@@ -78,10 +80,10 @@ def test_without_workers_the_ladder_serves_a_stale_cached_result_then_the_canned
 
         pipeline.add_worker("all")  # back: computed again, nothing marked
         with Client(settings.model_copy(update={"cache_enabled": False}), tenant="acme") as c:
-            deadline = time.monotonic() + 60
-            while True:
+
+            def computed() -> Reply | None:  # once the dispatcher saw the new worker's beat
                 again = c.submit(f"after recovery {uuid.uuid4().hex[:6]}").result(60)
-                if again.degraded is None or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)  # the dispatcher sees the new worker's first beat
-            assert again.degraded is None and again.result is not None and again.batch
+                return again if again.degraded is None else None
+
+            again = eventually(computed, 60, "a reply computed again", every_s=0.5)
+            assert again.result is not None and again.batch

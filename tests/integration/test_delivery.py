@@ -10,12 +10,15 @@ from collections.abc import Iterator
 import pytest
 
 from headrace.config.settings import Settings
+from headrace.connections import redis_client
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import BackpressureError, ErrorCode, RequestTooLargeError
 from headrace.schemas.messages import Reply
+from headrace.workers.ledger import RedisLedger
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,21 +61,31 @@ def test_degradation_without_workers_then_recovery_then_breaker(
         assert time.monotonic() - started < 5  # fast, not after a lease
 
         pipeline.add_worker("all")
-        deadline = time.monotonic() + 15
-        while code(reply := client.submit("served again?").result(60)) is ErrorCode.unavailable:
-            assert time.monotonic() < deadline, "bucket did not recover after a worker came back"
-            time.sleep(0.3)
+
+        def served() -> Reply | None:
+            reply = client.submit("served again?").result(60)
+            return None if code(reply) is ErrorCode.unavailable else reply
+
+        reply = eventually(served, 15, "the bucket served after a worker came back", every_s=0.3)
         assert reply.result is not None
 
         poisoned = [
             r.result(60) for r in client.submit_many([f"bad {i} {POISON}" for i in range(12)])
         ]
         assert {code(r) for r in poisoned} == {ErrorCode.model_error}
-        time.sleep(1.0)  # the dispatcher reads the completions
-        tripped = client.submit("a good request while the bucket is failing").result(30)
-        assert code(tripped) is ErrorCode.unavailable and "failing" in tripped.error.message  # type: ignore[union-attr]
-        time.sleep(3.5)  # cooldown: half-open
-        assert client.submit("a good request after the cooldown").result(60).result is not None
+
+        def tripped() -> Reply | None:  # once the dispatcher has read the completions
+            reply = client.submit("a good request while the bucket is failing").result(30)
+            return reply if code(reply) is ErrorCode.unavailable else None
+
+        refused = eventually(tripped, 10, "the breaker open", every_s=0.2)
+        assert refused.error is not None and "failing" in refused.error.message
+        eventually(  # cooldown: half-open
+            lambda: client.submit("a good request after the cooldown").result(60).result,
+            15,
+            "a good request served after the cooldown",
+            every_s=0.5,
+        )
 
 
 def test_cancel_queued_and_deadline_checked_before_compute(stack: LocalStack) -> None:
@@ -102,7 +115,13 @@ def test_cancel_while_running_finishes_but_answers_cancelled(
     with Client(settings, tenant="delivery") as client:
         started = time.monotonic()
         running = client.submit(f"this one takes a while {SLOW}")
-        time.sleep(1.0)  # dispatched and computing (the slow marker holds it 3 s)
+        ledger = RedisLedger(redis_client(settings), settings.topic_prefix, 60)
+        eventually(  # claimed by a worker: computing (the slow marker holds it 3 s)
+            lambda: ledger.holders([("delivery", running.request.request_id)])[0],
+            30,
+            "the slow request claimed by a worker",
+            every_s=0.05,
+        )
         client.cancel(running.request.request_id)
         reply = running.result(60)
         assert code(reply) is ErrorCode.cancelled

@@ -16,6 +16,7 @@ from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 FLOOD = 1500
@@ -37,10 +38,9 @@ def quiet_share_of_the_flood(fair: bool) -> float:
     ):
         noisy.embed(["warm"])
         flood = noisy.submit_many([f"the flood, line {i} about the mill" for i in range(FLOOD)])
-        deadline = time.monotonic() + 120
-        while sum(s.future.done() for s in flood) < 50:  # it is flowing, ahead of the quiet
-            assert time.monotonic() < deadline, "the flood never started"
-            time.sleep(0.01)
+        eventually(  # it is flowing, ahead of the quiet
+            lambda: sum(s.future.done() for s in flood) >= 50, 120, "the flood", every_s=0.01
+        )
         sent_at = time.perf_counter()
         left_when_sent = sum(not s.future.done() for s in flood)
         latencies = []

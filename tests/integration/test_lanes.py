@@ -5,7 +5,6 @@ request is still answered exactly once (counted on its reply topic)."""
 from __future__ import annotations
 
 import collections
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.messages import Reply
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -32,10 +32,7 @@ def test_online_requests_overtake_a_bulk_backlog(stack: LocalStack) -> None:
     ):
         texts = [f"bulk line {i} " + "about the river " * (i % 6) for i in range(BULK)]
         backlog = bulk.submit_many(texts)
-        deadline = time.monotonic() + 120
-        while sum(s.future.done() for s in backlog) < 20:  # bulk is flowing
-            assert time.monotonic() < deadline, "bulk never started"
-            time.sleep(0.05)
+        eventually(lambda: sum(s.future.done() for s in backlog) >= 20, 120, "bulk flowing")
         waiting_at_online = []
         for i in range(5):
             reply = online.submit(f"an online question {i}").result(60)

@@ -12,12 +12,14 @@ of it with perturbed weights (v2), one worker each, one dispatcher.
 from __future__ import annotations
 
 import collections
+import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +37,7 @@ from headrace.producers.submission import Submission
 from headrace.schemas.messages import Reply, final_reply
 from headrace.workers.comparisons import Comparisons
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 from tests.models.copies import minilm_copy
 
@@ -53,7 +56,19 @@ class Versioned:
         rollout.change(
             self.catalog, self.settings.model, lambda p: TrafficPolicy(stable="v1"), action="reset"
         )
-        time.sleep(1.5)  # every dispatcher reads it within a second
+        self.read_by_dispatchers()
+
+    def read_by_dispatchers(self) -> None:
+        """Wait until every dispatcher has logged the catalog's current policy revision (each
+        reads it once a second)."""
+        revision = self.catalog.policy(self.settings.model)[1]
+        line = re.compile(rf"policy revision {revision}(:|$)", re.MULTILINE)
+        eventually(
+            lambda: all(line.search(d.log_path.read_text()) for d in self.pipeline.dispatchers),
+            10,
+            f"policy revision {revision} read by every dispatcher",
+            every_s=0.1,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +163,7 @@ def test_a_split_sticky_by_tenant_serves_each_tenant_from_one_version(versioned:
     rollout.change(
         catalog, s.model, lambda p: rollout.split(p, "v2", 50, "tenant"), action="deploy"
     )
-    time.sleep(1.5)
+    versioned.read_by_dispatchers()
     seen: dict[str, set[str | None]] = {}
     for n in range(12):
         tenant = f"tenant-{n}"
@@ -168,7 +183,7 @@ def test_a_failing_canary_is_rolled_back_by_the_judge(versioned: Versioned) -> N
     _, deployed = rollout.change(
         catalog, s.model, lambda p: rollout.canary(p, "v2", rules), action="deploy"
     )
-    time.sleep(1.5)
+    versioned.read_by_dispatchers()
     burst = time.monotonic()
     rolled_back_after = None
     with Client(s, tenant="acme") as client:
@@ -191,7 +206,7 @@ def test_a_shadow_is_computed_and_compared_and_never_answered(versioned: Version
     versioned.reset()
     s, catalog = versioned.settings, versioned.catalog
     rollout.change(catalog, s.model, lambda p: rollout.shadow(p, "v2", 1.0), action="deploy")
-    time.sleep(1.5)
+    versioned.read_by_dispatchers()
     reply_topic = f"{s.topic_prefix}.replies.shadow"
     with Client(s, tenant="acme", reply_topic=reply_topic) as client:
         replies = [
@@ -201,10 +216,13 @@ def test_a_shadow_is_computed_and_compared_and_never_answered(versioned: Version
     on_topic = replies_on_topic(s, reply_topic)
     assert len(on_topic) == 60 and {r.model_version for r in on_topic} == {"v1"}
     comparisons = Comparisons(connections.redis_client(s), s.topic_prefix, s.model)
-    deadline = time.monotonic() + 30
-    while (found := comparisons.summary("v1", "v2"))["compared"] < 60:
-        assert time.monotonic() < deadline, found
-        time.sleep(0.2)
+
+    def compared() -> dict[str, Any]:
+        found = comparisons.summary("v1", "v2")
+        assert found["compared"] >= 60, found
+        return found
+
+    found = eventually(compared, 30, "60 shadow comparisons", every_s=0.2)
     print("shadow comparison:", found)
     assert found["shadow_errors"] == 0
     assert 0.5 < found["mean_cosine"] < 0.9999  # perturbed: near the stable result, not it
@@ -216,20 +234,22 @@ def test_the_cache_keys_results_by_the_version_that_computed_them(versioned: Ver
     policy, _ = rollout.change(
         catalog, s.model, lambda p: rollout.split(p, "v2", 50, "key"), action="deploy"
     )
-    time.sleep(1.5)
+    versioned.read_by_dispatchers()
     keys = {assign(policy, "acme", "any", f"user-{i}"): f"user-{i}" for i in range(50)}
     text = f"a cached sentence {uuid.uuid4().hex[:6]}"
     cached = s.model_copy(update={"cache_enabled": True})
     with Client(cached, tenant="acme") as client:
         first = client.submit(text, routing_key=keys["v2"], cache_class="default").result(60)
         assert (first.model_version, first.cache_tier) == ("v2", None)
-        deadline = time.monotonic() + 10
-        while True:  # the worker writes through after replying
-            again = client.submit(text, routing_key=keys["v2"]).result(60)
-            if again.cache_tier is not None or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert again.cache_tier is not None and again.model_version == "v2"
+        again = eventually(  # the worker writes through after replying
+            lambda: (
+                (hit := client.submit(text, routing_key=keys["v2"]).result(60)).cache_tier and hit
+            ),
+            10,
+            "a cache hit",
+            every_s=0.2,
+        )
+        assert again.model_version == "v2"
         other = client.submit(text, routing_key=keys["v1"]).result(60)
     assert (other.model_version, other.cache_tier) == ("v1", None)  # v2's entry is not v1's
 

@@ -24,6 +24,7 @@ from headrace.jobs.single import KIND, job_object
 from headrace.jobs.store import JobStore
 from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import Reply
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 from tests.jobs.test_runner import answered_lines, job_settings, runner_env
 
@@ -52,11 +53,13 @@ def test_a_pool_killed_mid_job_is_taken_over_and_every_line_answered_once(
     job = new_job(store, settings, str(source), input_format="plain")
     env = runner_env(settings, HEADRACE_JOB_LEASE_S=str(LEASE_S))
     first = pool_process(env, tmp_path / "first.log")
-    deadline = time.monotonic() + 120
-    while store.get(job.id).completed < 300:
-        assert first.poll() is None, (tmp_path / "first.log").read_text()
-        assert time.monotonic() < deadline, "the first pool never got going"
-        time.sleep(0.05)
+
+    def going() -> bool:
+        if first.poll() is not None:
+            raise RuntimeError((tmp_path / "first.log").read_text())
+        return store.get(job.id).completed >= 300
+
+    eventually(going, 120, "the first pool's first 300 lines", every_s=0.05)
     victim = store.get(job.id).lease_owner
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
@@ -105,13 +108,12 @@ def test_a_single_job_whose_runner_died_is_carried_out_by_a_live_pool(
     fresh = new_job(store, settings, str(source), kind=KIND)
     pool = RunnerPool(store, settings).start()
     try:
-        deadline = time.monotonic() + 90
-        while store.get(orphan.id).state is not JobStatus.completed:
-            assert time.monotonic() < deadline, store.get(orphan.id).status
-            time.sleep(0.1)
-        while store.get(fresh.id).state is not JobStatus.completed:
-            assert time.monotonic() < deadline, store.get(fresh.id).status
-            time.sleep(0.1)
+        eventually(
+            lambda: all(store.get(j.id).state is JobStatus.completed for j in (orphan, fresh)),
+            90,
+            "both jobs completed",
+            every_s=0.1,
+        )
     finally:
         pool.close()
     for job_id in (orphan.id, fresh.id):

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from headrace.jobs.store import JobStore
 from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import EmbeddingResult, Reply
 from headrace.transport import open_transport
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -170,11 +170,13 @@ def test_resume_after_the_runner_is_killed(
     env = runner_env(settings)
     cli = [sys.executable, "-m", "headrace.ops.cli", "batch"]
     runner = subprocess.Popen([*cli, "run", job.id, "--window", "20"], env=env)
-    deadline = time.monotonic() + 120
-    while store.get(job.id).completed < 100:
-        assert runner.poll() is None, "the runner ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+
+    def going() -> bool:
+        if runner.poll() is not None:
+            raise RuntimeError("the runner ended before it could be killed")
+        return store.get(job.id).completed >= 100
+
+    eventually(going, 120, "the runner's first 100 lines", every_s=0.05)
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait()
     killed = store.get(job.id)
@@ -207,10 +209,7 @@ def test_cancel_mid_run(shared_pipeline: Pipeline, shared_prefix: str, tmp_path:
         )
     )
     thread.start()
-    deadline = time.monotonic() + 120
-    while store.get(job.id).completed < 50:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    eventually(lambda: store.get(job.id).completed >= 50, 120, "50 lines done", every_s=0.05)
     subprocess.run(
         [sys.executable, "-m", "headrace.ops.cli", "batch", "cancel", job.id],
         env={**os.environ, "HEADRACE_SQL_URL": settings.sql_url},

@@ -4,7 +4,6 @@ invalidation applied by a running invalidator."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import pytest
@@ -16,6 +15,7 @@ from headrace.consumers.invalidation import Invalidator
 from headrace.ops.cli import app
 from headrace.ops.localstack import LocalStack
 from tests.cache.entries import TAGS, new_entry
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,10 +44,7 @@ def test_invalidate_by_tag_from_the_command_line(
     try:
         sent = runner.invoke(app, ["cache", "invalidate", "--tenant", "acme", "--tag", "doc:5"])
         assert sent.exit_code == 0, sent.output
-        deadline = time.monotonic() + 10
-        while cache.get(entry.key) is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert cache.get(entry.key) is None
+        eventually(lambda: cache.get(entry.key) is None, 10, "the entry evicted")
         assert invalidator.counts["applied"] == 1
     finally:
         stop.set()

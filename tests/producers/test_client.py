@@ -18,6 +18,7 @@ from headrace.schemas.signing import control_signature, request_signature
 from headrace.schemas.topics import Topics
 from headrace.transport import BROKER_GUARANTEES
 from headrace.transport.memory import MemoryTransport
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(30)
 LM = tiny_lm.NAME  # a generation model the registry knows
@@ -131,10 +132,7 @@ def test_a_stream_whose_reader_goes_away_is_abandoned() -> None:
 
     with Client(settings, tenant="acme", transport=transport) as client:
         asyncio.run(read_then_leave(client))
-        deadline = time.monotonic() + 5
-        while client.pending and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert client.pending == 0
+        eventually(lambda: client.pending == 0, 5, "nothing pending")
         assert cancelled_ids(transport) == ["gone-1"]
 
 

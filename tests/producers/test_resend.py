@@ -12,12 +12,12 @@ import pytest
 
 from headrace.config.settings import Settings
 from headrace.connections import redis_client
-from headrace.ops.localstack import wait_for
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.messages import Reply
 from headrace.transport.kafka import clients as kafka_clients
 from headrace.workers.ledger import RedisLedger, ReplyAt
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(180)
@@ -68,7 +68,7 @@ def test_a_reply_the_broker_lost_after_acknowledging_it_is_answered_again(
         key, kept_key = (client.tenant, request.request_id), (client.tenant, kept.request_id)
         # the worker records where a reply landed once the broker acknowledged it: the reply
         # itself can reach the client first
-        wait_for(lambda: None not in ledger.replies_at([key, kept_key]), 30, "replies recorded")
+        eventually(lambda: None not in ledger.replies_at([key, kept_key]), 30, "replies recorded")
         [at, kept_at] = ledger.replies_at([key, kept_key])
         assert at is not None and kept_at is not None and at.topic == client.reply_topic
         on_topic = [r for r in read_topic(shared_settings, at.topic) if r.offset == at.offset]

@@ -6,7 +6,6 @@ completion says what happened. The batch rules run on the in-memory ledger and t
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from dataclasses import replace
 
@@ -28,6 +27,7 @@ from headrace.workers.batch_runner import run_batch
 from headrace.workers.faults import FaultyBackend
 from headrace.workers.ledger import ClaimState, MemoryLedger, RedisLedger
 from headrace.workers.reply_sink import TopicReplySink
+from tests.eventually import eventually
 from tests.models.loaded import loaded_minilm
 from tests.workers.batches import make_batch, memory_sink, runner_sink
 
@@ -196,10 +196,7 @@ def test_batches_take_turns_at_the_model_and_one_delivers_while_the_next_compute
 
     runner = threading.Thread(target=run_first)
     runner.start()
-    deadline = time.monotonic() + 30
-    while model.calls == 0:  # the first batch has had its turn
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    eventually(lambda: model.calls > 0, 30, "the first batch's turn", every_s=0.005)
     done["second"] = run_batch(second, shared)
     runner.join(60)
     assert held.released is True  # the second batch computed while the first delivered

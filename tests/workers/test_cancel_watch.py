@@ -9,15 +9,7 @@ from collections.abc import Callable
 
 from headrace.workers.cancel_watch import CancelWatch, Key
 from headrace.workers.ledger import Ledger, MemoryLedger
-
-
-def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
+from tests.eventually import eventually
 
 
 def _counted(ledger: Ledger) -> tuple[Callable[[list[Key]], list[bool]], list[int]]:
@@ -41,11 +33,13 @@ def test_each_batch_sees_its_own_cancelled_rows_from_one_lookup_for_all() -> Non
         ledger.cancel("t1", "b")
         ledger.cancel("t1", "d")
         # t1's "b" is cancelled, the other tenant's "b" (second's row 0) is not
-        assert _until(lambda: first.cancelled() == {1} and second.cancelled() == {1})
+        eventually(
+            lambda: first.cancelled() == {1} and second.cancelled() == {1}, 5, "both see row 1"
+        )
         assert set(lookups) == {5}  # every look asks for both batches' rows at once
         first.close()
         looks = watch.looks
-        assert _until(lambda: watch.looks > looks + 1)
+        eventually(lambda: watch.looks > looks + 1, 5, "two more looks")
         assert lookups[-1] == 2  # a closed batch is no longer asked about
     finally:
         watch.close()
@@ -66,7 +60,7 @@ def test_nothing_watched_asks_nothing_and_a_failed_lookup_keeps_the_last_answer(
         assert watch.looks == 0
         watched = watch.watch([("t", "x"), ("t", "y")])
         ledger.cancel("t", "y")
-        assert _until(lambda: watched.cancelled() == {1})
+        eventually(lambda: watched.cancelled() == {1}, 5, "row 1 cancelled")
         fail[0] = True
         looks = watch.looks
         time.sleep(0.2)

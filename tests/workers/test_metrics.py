@@ -3,7 +3,6 @@ worker process with --metrics-port after real traffic."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from headrace.schemas.messages import (
 )
 from headrace.workers import metrics
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.gateway.gateway_proc import free_port
 
 pytestmark = pytest.mark.timeout(180)
@@ -80,12 +80,13 @@ def test_a_running_worker_serves_its_series(stack: LocalStack, tmp_path: Path) -
         with Client(Settings(topic_prefix=prefix), tenant="metrics") as client:
             vectors = client.embed([f"metrics text {i}" for i in range(20)])
         assert len(vectors) == 20
-        text = ""
-        deadline = time.monotonic() + 10
-        while "headrace_worker_replies_total{" not in text:
-            assert time.monotonic() < deadline, text[-1000:]
+
+        def replies_counted() -> str:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-            time.sleep(0.1)
+            assert "headrace_worker_replies_total{" in text, text[-1000:]
+            return text
+
+        text = eventually(replies_counted, 10, "the worker's replies counted", every_s=0.1)
         samples = {
             line.split(" ")[0]: float(line.split(" ")[1])
             for line in text.splitlines()
