@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/jobs.db"
         return
-    name = f"headrace_test_{uuid.uuid4().hex[:10]}"  # a database of its own, dropped after
+    with postgres_database() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """The URL of a database of its own on the machine's PostgreSQL, dropped after."""
+    name = f"headrace_test_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f"CREATE DATABASE {name}"))

@@ -33,10 +33,14 @@ def running_gateway(
     tenants: tuple[str, ...] = ("acme", "globex"),
     started: list[subprocess.Popen[bytes]] | None = None,
     key_options: dict[str, list[str]] | None = None,
+    name: str = "gateway",
+    keys: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, dict[str, str]]]:
-    """(base URL, tenant -> API key) of a gateway on its own port, state dir and SQLite;
-    its process is appended to ``started`` when given; ``key_options``: more options of
-    ``api-key create`` for a tenant's key."""
+    """(base URL, tenant -> API key) of a gateway on its own port, state dir and SQLite
+    (``extra_env`` may name others); its process is appended to ``started`` when given;
+    ``key_options``: more options of ``api-key create`` for a tenant's key; ``keys``: keys
+    made already (another gateway on the same store), instead of new ones; its log is
+    ``<name>.log``."""
     env = {
         **os.environ,
         "HEADRACE_STATE_DIR": str(tmp_path / "state"),
@@ -44,7 +48,7 @@ def running_gateway(
         **extra_env,
     }
     cli = [sys.executable, "-m", "headrace.ops.cli"]
-    keys = {
+    keys = keys or {
         tenant: subprocess.run(
             [*cli, "api-key", "create", "--tenant", tenant, *(key_options or {}).get(tenant, [])],
             env=env,
@@ -55,7 +59,7 @@ def running_gateway(
         for tenant in tenants
     }
     port = free_port()
-    log_path = tmp_path / "gateway.log"
+    log_path = tmp_path / f"{name}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [*cli, "gateway", "--port", str(port)], env=env, stdout=log, stderr=log

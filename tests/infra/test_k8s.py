@@ -177,14 +177,35 @@ HARDENED = K8S / "hardened"
 
 
 def _add(doc: dict[str, Any], path: str, value: Any) -> None:
-    """JSON Patch ``add`` (RFC 6902), the only operation the hardened overlay uses; a member
-    already there would be replaced, which here would drop what the base set: refused."""
+    """JSON Patch ``add`` (RFC 6902), the only operation the hardened overlay uses: a new
+    member, or ``-`` appended to a list. A member already there would be replaced, which here
+    would drop what the base set: refused."""
     keys = [k.replace("~1", "/").replace("~0", "~") for k in path.split("/")[1:]]
     node: Any = doc
     for key in keys[:-1]:
         node = node[int(key)] if isinstance(node, list) else node[key]
+    if keys[-1] == "-":
+        assert isinstance(node, list), f"{path}: no list to append to"
+        node.append(copy.deepcopy(value))
+        return
     assert isinstance(node, dict) and keys[-1] not in node, f"{path} is already set"
     node[keys[-1]] = copy.deepcopy(value)
+
+
+def _selected(doc: dict[str, Any], target: dict[str, str]) -> bool:
+    """A kustomize patch target: its kind, and its label selector (``k=v`` or ``k!=v``, the
+    forms the overlay uses) on the object's own labels."""
+    if doc["kind"] != target["kind"]:
+        return False
+    selector = target.get("labelSelector")
+    if selector is None:
+        return True
+    labels = doc["metadata"].get("labels", {})
+    if "!=" in selector:
+        key, value = selector.split("!=")
+        return bool(labels.get(key) != value)
+    key, value = selector.split("=")
+    return bool(labels.get(key) == value)
 
 
 def hardened_documents() -> list[dict[str, Any]]:
@@ -197,7 +218,7 @@ def hardened_documents() -> list[dict[str, Any]]:
         docs += [d for d in yaml.safe_load_all((HARDENED / name).read_text()) if d is not None]
     for patch in kustomization["patches"]:
         operations = yaml.safe_load((HARDENED / patch["path"]).read_text())
-        targets = [d for d in docs if d["kind"] == patch["target"]["kind"]]
+        targets = [d for d in docs if _selected(d, patch["target"])]
         assert targets, patch
         for doc in targets:
             for operation in operations:
@@ -227,6 +248,27 @@ def test_the_hardened_overlay_locks_every_container_and_passes_the_api_schema_st
         assert {m["name"] for m in container["volumeMounts"]} == {
             v["name"] for v in spec["volumes"]
         }
+    [gateway] = [d for d in pods if d["metadata"]["name"] == "headrace-gateway"]
+    [container] = gateway["spec"]["template"]["spec"]["containers"]
+    assert "/var/lib/headrace/shared" in {m["mountPath"] for m in container["volumeMounts"]}
+
+
+def test_gateway_replicas_share_files_and_spools_on_a_read_write_many_volume() -> None:
+    """Every replica mounts one ReadWriteMany claim where the settings put files and job
+    spools (tests/gateway/test_replicas.py runs two gateways on one such folder)."""
+    [gateway] = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "headrace-gateway"]
+    assert gateway["spec"]["replicas"] > 1
+    pod = gateway["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    shared = env["HEADRACE_SHARED_STATE_DIR"]
+    assert Settings(shared_state_dir=shared).shared_dir.as_posix() == shared
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == shared]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    claims = {c["metadata"]["name"]: c for c in of_kind("PersistentVolumeClaim")}
+    claim = claims[volume["persistentVolumeClaim"]["claimName"]]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
 
 
 def test_the_hardened_network_policies_deny_by_default_and_open_only_what_exists() -> None:

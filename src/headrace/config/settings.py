@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     topic_prefix: str = "headrace"
     request_partitions: int = Field(default=1, ge=1)
     state_dir: Path = Path(".headrace")
+    # uploaded files, job inputs and job spools (outputs): where every gateway replica and
+    # runner pool must reach them (a ReadWriteMany volume in infra/k8s). None: state_dir
+    shared_state_dir: Path | None = None
     # /metrics, /healthz and /readyz of a dispatcher, worker or invalidator on this port
     # (None: not served; each command also takes --metrics-port). The gateway serves them on
     # its own HTTP port.
@@ -388,6 +391,11 @@ class Settings(BaseSettings):
         if self.kafka_proxy_url:
             options["proxy_url"] = self.kafka_proxy_url
         return options
+
+    @property
+    def shared_dir(self) -> Path:
+        """Where files and job spools live: ``shared_state_dir``, else ``state_dir``."""
+        return self.shared_state_dir or self.state_dir
 
     def redis_password_value(self) -> str | None:
         return self.redis_password.get_secret_value() if self.redis_password else None

@@ -67,7 +67,7 @@ def list_page(data: list[dict[str, Any]], limit: int) -> dict[str, Any]:
 
 def files_router(settings: Settings, store: JobStore) -> APIRouter:
     router = APIRouter()
-    files_dir = (settings.state_dir / "files").resolve()
+    files_dir = (settings.shared_dir / "files").resolve()
 
     @router.post("/v1/files")
     def upload(

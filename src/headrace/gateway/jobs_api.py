@@ -54,7 +54,7 @@ class JobCreate(BaseModel):
 
 def jobs_router(settings: Settings, store: JobStore) -> APIRouter:
     router = APIRouter()
-    files_dir = (settings.state_dir / "files").resolve()
+    files_dir = (settings.shared_dir / "files").resolve()
 
     @router.post("/v1/jobs")
     def create_job(tenant: Tenant, body: JobCreate) -> dict[str, Any]:

@@ -30,7 +30,8 @@ def new_job(
 ) -> Job:
     """Register a job (status validating); ``JobRunner(store, id, settings).run()`` carries it out,
     or any runner pool. ``owner``: the runner that will, holding the lease from the start
-    (so no pool takes the job first). Its spools live in ``<state_dir>/jobs/<id>``."""
+    (so no pool takes the job first). Its spools live in ``<shared_dir>/jobs/<id>``, where
+    every gateway replica and runner pool reaches them."""
     job_id = new_job_id()
     now = datetime.now(UTC)
     lease = now + timedelta(seconds=settings.job_lease_s) if owner else None
@@ -43,7 +44,7 @@ def new_job(
         input_format=input_format,
         output_location=output_location,
         error_location=error_location,
-        spool_dir=str((settings.state_dir / "jobs" / job_id).resolve()),
+        spool_dir=str((settings.shared_dir / "jobs" / job_id).resolve()),
         expires_at=now + timedelta(seconds=completion_window_s) if completion_window_s else None,
         metadata=metadata or {},
         kind=kind,
@@ -61,7 +62,7 @@ def start_detached(
 ) -> None:
     """Run a job in a process of its own (``headrace batch run``), which outlives its
     starter; its log is ``runner.log`` in the job's folder."""
-    log_dir = settings.state_dir / "jobs" / job_id
+    log_dir = settings.shared_dir / "jobs" / job_id
     log_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "headrace.ops.cli", "batch", "run", job_id]
     if truncate:
