@@ -18,8 +18,8 @@ from headrace.workers.dispatcher.flights import Pending
 from headrace.workers.dispatcher.health import HealthPolicy
 from headrace.workers.dispatcher.ladder import LadderPolicy
 from headrace.workers.dispatcher.lanes import LanePolicy
+from headrace.workers.dispatcher.packer import PackingBatcher
 from headrace.workers.dispatcher.quotas import LimitsPolicy
-from headrace.workers.packing import PackingBatcher
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from headrace.workers.dispatcher.batcher import Batcher
-from headrace.workers.packing import Waiting
+from headrace.workers.dispatcher.packer import Waiting
 
 T = TypeVar("T")
 

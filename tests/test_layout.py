@@ -1,0 +1,52 @@
+"""One home per role: where a newcomer would first look for each part, that part is, defined
+there (not re-exported from elsewhere), and nothing of the same role lives outside it."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import headrace
+
+# role -> (the module a newcomer guesses, what it must define)
+GUESSES = {
+    "dispatcher batching policy": ("headrace.workers.dispatcher.batcher", "DynamicBatcher"),
+    "dispatcher packing": ("headrace.workers.dispatcher.packer", "PackingBatcher"),
+    "dispatcher fair share": ("headrace.workers.dispatcher.fair", "FairBatcher"),
+    "OpenAI files route": ("headrace.gateway.files_api", "files_router"),
+    "OpenAI batches route": ("headrace.gateway.batches_api", "batches_router"),
+    "Kafka workarounds": ("headrace.transport.kafka.fixes", "send"),
+    "degradation ladder": ("headrace.workers.dispatcher.ladder", "LadderPolicy"),
+    "model registry": ("headrace.models.registry", "ModelSpec"),
+    "tenant limits": ("headrace.limits.policy", "TenantLimits"),
+    "ledger": ("headrace.workers.ledger.base", "Ledger"),
+    "worker composition root": ("headrace.workers.composition", "build_context"),
+}
+
+
+@pytest.mark.parametrize("role", sorted(GUESSES))
+def test_each_role_is_where_a_newcomer_guesses(role: str) -> None:
+    module_name, name = GUESSES[role]
+    module = importlib.import_module(module_name)
+    assert getattr(module, name).__module__ == module_name, f"{role}: {name} lives elsewhere"
+
+
+def test_no_http_route_lives_outside_the_gateway_and_no_batcher_outside_the_dispatcher() -> None:
+    misplaced = []
+    for info in pkgutil.walk_packages(headrace.__path__, "headrace."):
+        name = info.name
+        if name.startswith(("headrace.ops", "headrace.sql.migrations")):
+            continue  # the CLI starts the gateway; migrations are alembic's scripts
+        spec = importlib.util.find_spec(name)  # the source, read, not run
+        source = (spec.origin if spec is not None else None) or ""
+        text = Path(source).read_text(encoding="utf-8") if source.endswith(".py") else ""
+        if "APIRouter(" in text and not name.startswith("headrace.gateway."):
+            misplaced.append(f"{name}: an HTTP router outside headrace.gateway")
+        if "class " in text and "Batcher(" in text and "def take(" in text:
+            if not name.startswith("headrace.workers.dispatcher."):
+                misplaced.append(f"{name}: a batcher outside the dispatcher package")
+    assert misplaced == []
