@@ -3,7 +3,8 @@
 (a) raw model tokens/s: the model alone, in a tight loop, over the batches the pipeline formed;
 (a') and, where the pipeline runs one worker per core, as many loops at once (bench/raw.py)
 (b) pipeline tokens/s end to end (submit -> last reply), length buckets as configured, each
-    bucket's waiting requests packed into batches of similar length (``workers/dispatcher/packer.py``)
+    bucket's waiting requests packed into batches of similar length
+    (``workers/dispatcher/packer.py``)
 (b0) the same with batches in arrival order (no packing)
 (c) the same with every request forced into one bucket
 (d) padding efficiency (real / padded tokens) of (b), (b0) and (c)

@@ -46,7 +46,7 @@ def test_no_http_route_lives_outside_the_gateway_and_no_batcher_outside_the_disp
         text = Path(source).read_text(encoding="utf-8") if source.endswith(".py") else ""
         if "APIRouter(" in text and not name.startswith("headrace.gateway."):
             misplaced.append(f"{name}: an HTTP router outside headrace.gateway")
-        if "class " in text and "Batcher(" in text and "def take(" in text:
-            if not name.startswith("headrace.workers.dispatcher."):
-                misplaced.append(f"{name}: a batcher outside the dispatcher package")
+        batcher = "class " in text and "Batcher(" in text and "def take(" in text
+        if batcher and not name.startswith("headrace.workers.dispatcher."):
+            misplaced.append(f"{name}: a batcher outside the dispatcher package")
     assert misplaced == []
