@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.response_format import ResponseFormat
 from headrace.schemas.tenants import TenantName
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -78,7 +79,10 @@ class GenerateParams(_Message):
     token is chosen, each token's logit gets its bias added and, per time it was generated
     so far in this row, ``frequency_penalty`` taken off, plus ``presence_penalty`` once if
     it was generated at all. ``logit_bias`` travels as (token id, bias) pairs, sorted (a
-    mapping is accepted)."""
+    mapping is accepted).
+
+    ``response_format``: structured output (JSON, or JSON valid against a schema), enforced
+    token by token (``schemas.response_format``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -94,6 +98,7 @@ class GenerateParams(_Message):
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: tuple[TokenBias, ...] = Field(default=(), max_length=300)
+    response_format: ResponseFormat | None = None
 
     @field_validator("logit_bias", mode="before")
     @classmethod

@@ -149,3 +149,18 @@ def test_a_batch_line_asking_for_what_is_not_served_is_invalid_naming_the_field(
     assert isinstance(embed, Invalid) and "dimensions" in embed.reason
     user = parse_line(openai("e", {"model": "m", "input": "x", "user": "u"}), 3, "openai")
     assert isinstance(user, Work)
+
+
+def test_a_batch_line_asking_for_structured_output_carries_it_and_a_bad_schema_is_invalid() -> None:
+    chat = "/v1/chat/completions"
+    messages = [{"role": "user", "content": "Hi"}]
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    body = {"model": "lm", "messages": messages, "response_format": fmt}
+    work = parse_line(openai("s1", body, url=chat), 1, "openai", chat)
+    assert isinstance(work, Work) and work.generation is not None
+    carried = work.generation.response_format
+    assert carried is not None and json.loads(carried.json_schema or "") == schema
+    fmt["json_schema"] = {"name": "answer", "schema": {"type": "frob"}}
+    bad = parse_line(openai("s2", body, url=chat), 2, "openai", chat)
+    assert isinstance(bad, Invalid) and "response_format" in bad.reason

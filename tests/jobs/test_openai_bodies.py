@@ -4,6 +4,7 @@ not have is refused. No field is dropped in silence (issue 38 item 1)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from headrace.jobs.openai_bodies import (
     CompletionCreate,
     Sampling,
 )
+from headrace.schemas.messages import GenerateParams
+from headrace.schemas.response_format import ResponseFormat
 
 CHAT = {"model": "lm", "messages": [{"role": "user", "content": "hi"}]}
 PROMPT = {"model": "lm", "prompt": "hi"}
@@ -24,7 +27,7 @@ PROMPT = {"model": "lm", "prompt": "hi"}
 CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
     "logprobs": (False, True),
     "top_logprobs": (0, 5),
-    "response_format": ({"type": "text"}, {"type": "json_object"}),
+    "response_format": ({"type": "text"}, {"type": "grammar", "grammar": "start: x"}),
     "tools": ([], [{"type": "function", "function": {"name": "f"}}]),
     "tool_choice": ("none", "auto"),
     "functions": ([], [{"name": "f"}]),
@@ -129,3 +132,37 @@ def test_service_tier_picks_the_class_and_auto_or_default_take_the_keys() -> Non
     assert tier("flex", "interactive") == "sheddable"
     assert [tier(v, "interactive") for v in (None, "auto", "default")] == ["interactive"] * 3
     assert tier(None) == "default"
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def test_response_format_json_object_and_json_schema_reach_the_pipeline() -> None:
+    def wire(fmt: dict[str, Any] | None) -> Any:
+        body = {**CHAT, "response_format": fmt} if fmt is not None else CHAT
+        return ChatCompletionCreate.model_validate(body).params()["response_format"]
+
+    assert wire(None) is None and wire({"type": "text"}) is None
+    assert wire({"type": "json_object"}) == ResponseFormat(type="json_object")
+    named = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA, "strict": True}}
+    got = wire(named)
+    assert got.type == "json_schema" and json.loads(got.json_schema) == SCHEMA
+    GenerateParams(
+        **ChatCompletionCreate.model_validate({**CHAT, "response_format": named}).params()
+    )
+
+
+def test_a_schema_that_cannot_be_enforced_is_refused_naming_response_format() -> None:
+    for schema in ({"type": "frob"}, {"type": "string", "pattern": "(?<=a)b"}):
+        fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+        assert refused_field(ChatCompletionCreate, {**CHAT, "response_format": fmt}) == (
+            "response_format"
+        )
+    nameless = {"type": "json_schema", "json_schema": {"schema": SCHEMA}}
+    assert refused_field(ChatCompletionCreate, {**CHAT, "response_format": nameless}) == (
+        "response_format"
+    )
+    # the legacy completions endpoint has no response_format at all, as OpenAI's
+    assert refused_field(
+        CompletionCreate, {**PROMPT, "response_format": {"type": "json_object"}}
+    ) == ("response_format")

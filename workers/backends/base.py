@@ -109,6 +109,19 @@ class EncodedItem:
     rank: int = 1
 
 
+class Grammar(Protocol):
+    """A row's structured output (``schemas.ResponseFormat``): ``json_object`` or
+    ``json_schema`` (the schema as JSON text), and the llguidance grammar enforcing it."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def json_schema(self) -> str | None: ...
+
+    def grammar(self) -> str: ...
+
+
 class Sampling(Protocol):
     """What a generation backend reads of a row's parameters: ``schemas.GenerateParams`` on
     the batch path, ``FixedSampling`` where there is no pydantic (scripts/gpu_check.py)."""
@@ -137,6 +150,11 @@ class Sampling(Protocol):
     @property
     def logit_bias(self) -> Sequence[tuple[int, float]]: ...
 
+    @property
+    def response_format(self) -> Grammar | None:
+        """Structured output: None, or what the row's text must be (its ``grammar()``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class FixedSampling:
@@ -151,6 +169,7 @@ class FixedSampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    response_format: Grammar | None = None
 
 
 @dataclass

@@ -100,10 +100,10 @@ class _Live:
 
 class ContinuousDecoder:
     """``model``: a causal LM in eval mode; ``advance(row, token)`` appends a sampled token
-        to a row and decides whether it finished (``GenerationBackend._advance``);
-        ``new_row(params, prompt_tokens, streams)`` makes a row's state (``row.end(reason)``
-        ends it); ``choose(logits, params, seeds, steps, histories)`` picks every row's token
-    on the device (``sampling.choose_tokens``): a step copies its tokens to the host once."""
+    to a row and decides whether it finished (``GenerationBackend._advance``);
+    ``new_row(params, prompt_tokens, streams)`` makes a row's state (``row.end(reason)``
+    ends it); ``choose(logits, rows)`` picks every row's token on the device
+    (``GenerationBackend._choose``): a step copies its tokens to the host once."""
 
     def __init__(
         self,
@@ -111,16 +111,7 @@ class ContinuousDecoder:
         *,
         new_row: Callable[[Sampling, int, bool], Any],
         advance: Callable[[Any, int], None],
-        choose: Callable[
-            [
-                torch.Tensor,
-                Sequence[Sampling],
-                Sequence[int],
-                Sequence[int],
-                Sequence[Sequence[int]],
-            ],
-            torch.Tensor,
-        ],
+        choose: Callable[[torch.Tensor, list[Any]], torch.Tensor],
         pad_id: int,
         device: torch.device,
         context: int,
@@ -413,11 +404,7 @@ class ContinuousDecoder:
     def _take_all(self, lives: list[_Live], logits: torch.Tensor) -> None:
         """Each row's next token, chosen for all rows at once on the device and copied to
         the host once (``choose``)."""
-        rows = [live.row for live in lives]
-        params, seeds = [r.params for r in rows], [r.seed for r in rows]
-        chosen = self._choose(
-            logits, params, seeds, [len(r.ids) for r in rows], [r.ids for r in rows]
-        )
+        chosen = self._choose(logits, [live.row for live in lives])
         for live, token in zip(lives, chosen.tolist(), strict=True):
             if live.row.finish is None:  # else finished at an earlier step, not yet cut out
                 self._take(live, token)

@@ -34,6 +34,7 @@ from headrace.workers.backends.base import (
 )
 from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.embedding import pick_device
+from headrace.workers.backends.grammar import Constraints
 from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import Unsupported, check_layers
 from headrace.workers.backends.sampling import choose_tokens, new_seed
@@ -55,8 +56,10 @@ class _Row:
         seed: int,
         text_of: Callable[[list[int]], str],
         streams: bool,
+        matcher: Any = None,
     ) -> None:
         self.params = params
+        self.matcher = matcher  # its structured output's grammar state (``grammar``), or None
         self.text_of = text_of
         self.watched = streams or bool(params.stop)
         self.prompt_tokens = prompt_tokens
@@ -167,6 +170,7 @@ class GenerationBackend:
         self.continuous_rows = continuous_rows
         self.decoder: ContinuousDecoder | None = None
         self.pulse = Pulse()  # every forward pass is a step (``workers.stall_watch``)
+        self._constraints = Constraints(self.tokenizer, self.eos_id)  # structured output
         # fast tokenizers refuse to be used from two threads at once ("Already borrowed")
         self._tokenizer_lock = threading.Lock()
 
@@ -224,11 +228,9 @@ class GenerationBackend:
             return None
         return ContinuousDecoder(
             self._model,
-            new_row=lambda params, prompt_tokens, streams: _Row(
-                params, prompt_tokens, _seed(params.seed), self._text_of, streams
-            ),
+            new_row=self._new_row,
             advance=self._advance,
-            choose=choose_tokens,
+            choose=self._choose,
             pulse=self.pulse,
             pad_id=self.pad_id,
             device=self.device,
@@ -307,10 +309,9 @@ class GenerationBackend:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         rows = [
-            _Row(p, len(item.ids), _seed(p.seed), self._text_of, on_delta is not None)
+            self._new_row(p, len(item.ids), on_delta is not None)
             for item, p in zip(items, params, strict=True)
         ]
-        seeds = [row.seed for row in rows]
         steps = min(max(p.max_tokens for p in params), self.max_tokens - longest)
         cache: Any = None
         checked = time.monotonic()
@@ -336,10 +337,7 @@ class GenerationBackend:
                 if cache is None:  # the prefill's cache: steps write into room, not a copy
                     cache = _roomy(out[self._cache_arg])
                 # every row's token on the device, then one copy to the host for the step
-                steps_taken = [len(row.ids) for row in rows]
-                chosen = choose_tokens(
-                    out.logits[:, -1, :], params, seeds, steps_taken, [row.ids for row in rows]
-                )
+                chosen = self._choose(out.logits[:, -1, :], rows)
                 tokens = chosen.tolist()
             passes_s += time.perf_counter() - began
             for i, row in enumerate(rows):
@@ -365,6 +363,30 @@ class GenerationBackend:
             Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens, share_ms) for r in rows
         ]
 
+    def _new_row(self, params: Sampling, prompt_tokens: int, streams: bool) -> _Row:
+        return _Row(
+            params,
+            prompt_tokens,
+            _seed(params.seed),
+            self._text_of,
+            streams,
+            self._constraints.matcher(params),
+        )
+
+    def _choose(self, logits: torch.Tensor, rows: Sequence[_Row]) -> torch.Tensor:
+        """Every row's next token on the device (``sampling.choose_tokens``), within its
+        grammar where it has one (``grammar.Constraints``)."""
+        logits = self._constraints.mask(
+            logits, [row.matcher if row.finish is None else None for row in rows]
+        )
+        return choose_tokens(
+            logits,
+            [row.params for row in rows],
+            [row.seed for row in rows],
+            [len(row.ids) for row in rows],
+            [row.ids for row in rows],
+        )
+
     def _text_of(self, ids: list[int]) -> str:
         with self._tokenizer_lock:
             return self._detokenize(ids)
@@ -383,5 +405,9 @@ class GenerationBackend:
         if cuts:
             row.text = row.text[: min(cuts)]
             row.finish = "stop"
+        elif row.matcher is not None and (
+            not row.matcher.consume_token(token) or row.matcher.is_stopped()
+        ):
+            row.end("stop")  # its grammar is complete (a token it refused cannot come)
         elif len(row.ids) >= row.params.max_tokens:
             row.end("length")

@@ -15,6 +15,7 @@ of the same interface (vLLM cannot run on these machines).
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 import threading
 import time
@@ -59,7 +60,13 @@ def vllm_engine(model_dir: Path, engine_args: dict[str, Any]) -> AsyncEngine:
 def vllm_sampling(params: Sampling) -> Any:
     from vllm import SamplingParams
 
-    return SamplingParams(**sampling_kwargs(params))
+    kwargs = sampling_kwargs(params)
+    structured = kwargs.pop("structured_outputs", None)
+    if structured is not None:  # vLLM's structured outputs (its guidance or xgrammar backend)
+        from vllm.sampling_params import StructuredOutputsParams
+
+        kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
+    return SamplingParams(**kwargs)
 
 
 def sampling_kwargs(params: Sampling) -> dict[str, Any]:
@@ -75,7 +82,18 @@ def sampling_kwargs(params: Sampling) -> dict[str, Any]:
         "presence_penalty": params.presence_penalty,
         "frequency_penalty": params.frequency_penalty,
         "logit_bias": dict(params.logit_bias) or None,
-    }
+    } | structured_kwargs(params)
+
+
+def structured_kwargs(params: Sampling) -> dict[str, Any]:
+    """A row's response format as vLLM's ``StructuredOutputsParams`` keywords: the schema
+    itself (``json``), or any JSON object (``json_object``)."""
+    fmt = getattr(params, "response_format", None)
+    if fmt is None:
+        return {}
+    if fmt.type == "json_schema" and fmt.json_schema is not None:
+        return {"structured_outputs": {"json": json.loads(fmt.json_schema)}}
+    return {"structured_outputs": {"json_object": True}}
 
 
 @dataclass

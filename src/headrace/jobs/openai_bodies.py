@@ -25,6 +25,7 @@ from pydantic import (
 
 from headrace.schemas.errors import InvalidRequestError
 from headrace.schemas.messages import GenerationResult, Priority
+from headrace.schemas.response_format import ResponseFormat
 from headrace.sessions.prompt import render_prompt
 from headrace.sessions.store import Turn
 
@@ -41,8 +42,8 @@ NOT_SERVED = {
     "suffix": "insertion is not served: leave suffix out",
     "logprobs": "log probabilities are not served yet: leave logprobs out",
     "top_logprobs": "log probabilities are not served yet: leave top_logprobs out",
-    "response_format": "structured output is not served yet: leave response_format out or "
-    '{"type": "text"}',
+    "response_format": '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+    '"json_schema": {"name": ..., "schema": {...}}}',
     "tools": "tool calls are not served yet: leave tools out or []",
     "tool_choice": 'tool calls are not served yet: leave tool_choice out or "none"',
     "functions": "function calls are not served: leave functions out",
@@ -71,6 +72,50 @@ def explain(field: str) -> str:
 class TextFormat(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
+
+
+class JsonObjectFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_object"]
+
+
+class JsonSchemaSpec(BaseModel):
+    """OpenAI's ``json_schema``: a name, the schema, and ``strict`` (the schema is enforced
+    token by token either way)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+    @field_validator("json_schema")
+    @classmethod
+    def _enforceable(cls, value: JsonSchemaSpec) -> JsonSchemaSpec:
+        ResponseFormat.for_schema(value.schema_)  # ValueError: a 400
+        return value
+
+
+ResponseFormats = Annotated[
+    TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")
+]
+
+
+def wire_format(
+    given: TextFormat | JsonObjectFormat | JsonSchemaFormat | None,
+) -> ResponseFormat | None:
+    """A chat body's ``response_format`` as the pipeline's (None: plain text)."""
+    if isinstance(given, JsonSchemaFormat):
+        return ResponseFormat.for_schema(given.json_schema.schema_)
+    if isinstance(given, JsonObjectFormat):
+        return ResponseFormat(type="json_object")
+    return None
 
 
 class StreamOptions(BaseModel):
@@ -173,7 +218,7 @@ class ChatCompletionCreate(Sampling):
     # accepted only at the value that asks for nothing (NOT_SERVED says why)
     logprobs: Literal[False] | None = None
     top_logprobs: Literal[0] | None = None
-    response_format: TextFormat | None = None
+    response_format: ResponseFormats | None = None  # served: structured output
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
     tool_choice: Literal["none"] | None = None
     functions: list[dict[str, Any]] | None = Field(default=None, max_length=0)
@@ -203,6 +248,7 @@ class ChatCompletionCreate(Sampling):
         out = super().params()
         if self.max_completion_tokens is not None:
             out["max_tokens"] = self.max_completion_tokens
+        out["response_format"] = wire_format(self.response_format)
         return out
 
 

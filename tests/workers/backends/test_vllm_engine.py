@@ -17,6 +17,7 @@ import pytest
 
 from headrace.config.settings import Settings
 from headrace.schemas.messages import GenerateParams
+from headrace.schemas.response_format import ResponseFormat
 from headrace.workers.backends.base import EncodedItem, Shape
 from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs
 
@@ -168,6 +169,17 @@ def test_penalties_and_logit_bias_go_to_vllm_as_its_sampling_params() -> None:
     )
     assert (kwargs["presence_penalty"], kwargs["frequency_penalty"]) == (0.5, -1.0)
     assert kwargs["logit_bias"] == {3: -100.0}
+
+
+def test_a_response_format_goes_to_vllm_as_its_structured_outputs() -> None:
+    schema = {"type": "object", "properties": {"a": {"enum": [1, 2]}}, "required": ["a"]}
+    as_schema = GenerateParams(
+        response_format=ResponseFormat(type="json_schema", json_schema=schema)
+    )
+    assert sampling_kwargs(as_schema)["structured_outputs"] == {"json": schema}
+    as_object = GenerateParams(response_format=ResponseFormat(type="json_object"))
+    assert sampling_kwargs(as_object)["structured_outputs"] == {"json_object": True}
+    assert "structured_outputs" not in sampling_kwargs(GenerateParams())
 
 
 def test_a_rows_class_is_vllms_priority_only_under_its_priority_scheduler() -> None:
