@@ -16,6 +16,12 @@ no other process on the cores), at ``--engine-rate``: what the batching itself g
 the output tokens per CPU second the process used (what a token costs, whatever else ran
 on the machine at the time).
 
+Structured output (``--structured``, on by default; ``--only-structured`` runs it alone): the
+backend alone decodes ``--structured-rows`` rows of the same prompt at temperature 1, as
+free text and then under a JSON Schema (a nested object with enums and bounded numbers),
+and reports the milliseconds per generated token of each and what computing and applying
+the grammar's masks (``workers/backends/grammar.py``) cost per generated token.
+
 Both modes, in the worker and alone, run with ``--torch-threads`` (1: the README's advice
 for CPU hosts; on this 2-core machine, shared with the broker, dispatcher and client, a
 second intra-op thread made static 18% slower and continuous slower still: a step waits for
@@ -35,6 +41,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import typer
@@ -214,6 +221,78 @@ def engine_alone(
     return Run(mode, wall, tokens[0], short_ms, long_ms, 0, {}, {}, cpu)
 
 
+MILL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "wheel": {"enum": ["overshot", "undershot", "breastshot"]},
+        "stones": {"type": "integer", "minimum": 1, "maximum": 4},
+        "parts": {"type": "array", "items": {"enum": ["shaft", "paddle", "sluice"]}, "maxItems": 3},
+        "fall_m": {"type": "number", "minimum": 0, "maximum": 30},
+    },
+    "required": ["wheel", "stones", "parts", "fall_m"],
+    "additionalProperties": False,
+}
+
+
+def structured_cost(rows: int, torch_threads: int) -> None:
+    """Free text against JSON Schema on the backend alone (static, CPU): ms per generated
+    token of each, and the masks' share (timed around ``Constraints.mask``)."""
+    from headrace.schemas.response_format import ResponseFormat
+
+    torch.set_num_threads(torch_threads)
+    backend = GenerationBackend(
+        tiny_lm.NAME, tiny_lm.ensure(tiny_lm.cache_dir()), tiny_lm.MAX_POSITIONS, device="cpu"
+    )
+    backend.load_weights()
+    backend.build()
+    constraints = backend._constraints
+    masking = [0.0]
+    plain_mask = constraints.mask
+
+    def timed_mask(logits: torch.Tensor, matchers: Any) -> torch.Tensor:
+        began = time.perf_counter()
+        try:
+            return plain_mask(logits, matchers)
+        finally:
+            masking[0] += time.perf_counter() - began
+
+    constraints.mask = timed_mask  # type: ignore[method-assign]
+    items = backend.encode(["The mill answers in JSON:"] * rows, [False] * rows)
+    schema = ResponseFormat.for_schema(MILL_SCHEMA)
+    legs = {
+        "free text": [GenerateParams(max_tokens=48, temperature=1.0, seed=i) for i in range(rows)],
+        "JSON Schema": [
+            GenerateParams(max_tokens=96, temperature=1.0, seed=i, response_format=schema)
+            for i in range(rows)
+        ],
+    }
+    table = Table(
+        "rows",
+        "tokens",
+        "ms per token",
+        "masks ms per token",
+        "finished stop",
+        title=f"structured output, the backend alone, {rows} rows, CPU",
+    )
+    for name, params in legs.items():
+        backend.generate(items[:2], params[:2])  # warm: the tokenizer's wrap, first shapes
+        masking[0] = 0.0
+        began = time.perf_counter()
+        out = backend.generate(items, params)
+        wall = time.perf_counter() - began
+        tokens = sum(o.completion_tokens for o in out)
+        stops = sum(o.finish_reason == "stop" for o in out)
+        table.add_row(
+            name,
+            f"{tokens}",
+            f"{wall * 1000 / tokens:.3f}",
+            f"{masking[0] * 1000 / tokens:.3f}",
+            f"{stops}/{rows}",
+        )
+    console.print(table)
+    backend.close()
+
+
 def report(title: str, runs: list[Run]) -> None:
     table = Table(
         "batching",
@@ -267,7 +346,14 @@ def main(
     rows: int = 256,
     seed: int = 19,
     torch_threads: int = 1,
+    structured: bool = True,
+    only_structured: bool = False,
+    structured_rows: int = 64,
 ) -> None:
+    if structured or only_structured:
+        structured_cost(structured_rows, torch_threads)
+    if only_structured:
+        return
     settings = Settings()
     stack = LocalStack(settings)
     started = not stack.is_up()
