@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
+from headrace.schemas.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from headrace.schemas.response_format import ResponseFormat
 from headrace.schemas.tenants import TenantName
 
@@ -99,6 +100,8 @@ class GenerateParams(_Message):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: tuple[TokenBias, ...] = Field(default=(), max_length=300)
     response_format: ResponseFormat | None = None
+    # each generated token's log probability, with this many alternatives (None: none)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @field_validator("logit_bias", mode="before")
     @classmethod
@@ -314,6 +317,7 @@ class GenerationResult(_Message):
     finish_reason: Literal["stop", "length", "abort"]
     usage: Usage
     truncated: bool = False  # the prompt's start was cut to fit the context
+    logprobs: list[TokenLogprob] | None = None  # asked for with GenerateParams.logprobs
 
 
 class StreamDelta(_Message):

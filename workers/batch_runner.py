@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo, input_too_long
+from headrace.schemas.logprobs import TokenLogprob, TopLogprob
 from headrace.schemas.messages import (
     Batch,
     BatchInfo,
@@ -42,6 +44,7 @@ from headrace.workers.backends.base import (
     EncodedItem,
     Generated,
     GenerativeBackend,
+    Logprob,
     OnFinished,
 )
 from headrace.workers.batch_context import BatchContext
@@ -135,6 +138,7 @@ def _compute(
     if not runnable:
         return []
     handed: set[int] = set()  # rows of runnable already given to ``early``
+    pieces = token_namer(ctx.backend)
     undelivered: list[BaseException] = []
     device_ms: list[float | None] = []  # per row, where the backend measured it (generation)
 
@@ -154,7 +158,7 @@ def _compute(
                 padded_tokens=tokens,  # it left the decode loop as it finished
             )
             compute_ms = (now - started) * 1000
-            result = _generation_result(enc, out)
+            result = _generation_result(enc, out, pieces)
             reply = _reply(
                 item, result, started, compute_ms, info, tokens, len(runnable), out.device_ms
             )
@@ -169,7 +173,7 @@ def _compute(
     try:
         if ctx.backend.task == "generate":
             backend = cast(GenerativeBackend, ctx.backend)
-            results, real, padded = _generate(backend, runnable, ctx, finished, device_ms)
+            results, real, padded = _generate(backend, runnable, ctx, finished, device_ms, pieces)
         else:
             results, real, padded = _embed(cast(Backend, ctx.backend), runnable)
     except Exception as exc:
@@ -250,6 +254,7 @@ def _reply(
 
 
 Computed = tuple[list[EmbeddingResult | GenerationResult], int, int]
+Pieces = Callable[[list[int]], list[tuple[str, list[int]]]]  # token ids -> (text, bytes)
 
 
 def _embed(backend: Backend, runnable: list[tuple[BatchItem, EncodedItem]]) -> Computed:
@@ -277,6 +282,7 @@ def _generate(
     ctx: BatchContext,
     on_finished: OnFinished,
     device_ms: list[float | None],
+    pieces: Pieces,
 ) -> Computed:
     """Rows that asked to stream get their text as StreamDelta records as it is decoded
     (numbered from 0; a rerun of the batch sends the same ones again). Sampling without a
@@ -314,20 +320,52 @@ def _generate(
         if watched is not None:
             watched.close()
     results: list[EmbeddingResult | GenerationResult] = [
-        _generation_result(enc, o) for enc, o in zip(encoded, outputs, strict=True)
+        _generation_result(enc, o, pieces) for enc, o in zip(encoded, outputs, strict=True)
     ]
     device_ms[:] = [o.device_ms for o in outputs]
     lengths = [len(enc.ids) + o.completion_tokens for enc, o in zip(encoded, outputs, strict=True)]
     return results, sum(lengths), max(lengths) * len(runnable)
 
 
-def _generation_result(enc: EncodedItem, out: Generated) -> GenerationResult:
+def token_namer(backend: object) -> Pieces:
+    """The backend's ``token_pieces`` (each token's text and bytes, for log probabilities)."""
+    named = getattr(backend, "token_pieces", None)
+    if named is None:
+
+        def unnamed(ids: list[int]) -> list[tuple[str, list[int]]]:
+            raise TypeError(f"{type(backend).__name__} cannot name its tokens (logprobs)")
+
+        return unnamed
+    return cast(Pieces, named)
+
+
+def _generation_result(enc: EncodedItem, out: Generated, pieces: Pieces) -> GenerationResult:
     return GenerationResult(
         text=out.text,
         finish_reason=out.finish_reason,
         usage=Usage(prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens),
         truncated=enc.truncated,
+        logprobs=wire_logprobs(out.logprobs, pieces) if out.logprobs is not None else None,
     )
+
+
+def wire_logprobs(logprobs: list[Logprob], pieces: Pieces) -> list[TokenLogprob]:
+    """A row's log probabilities with each token's text and bytes (``token_pieces`` of the
+    backend, asked once for every id the row's tokens and alternatives name)."""
+    ids = sorted({lp.token_id for lp in logprobs} | {t for lp in logprobs for t, _ in lp.top})
+    named = dict(zip(ids, pieces(ids) if ids else [], strict=True))
+
+    def top(token_id: int, logprob: float) -> TopLogprob:
+        text, raw = named[token_id]
+        return TopLogprob(token=text, logprob=logprob, bytes=raw)
+
+    return [
+        TokenLogprob(
+            **top(lp.token_id, lp.logprob).model_dump(),
+            top_logprobs=[top(t, v) for t, v in lp.top],
+        )
+        for lp in logprobs
+    ]
 
 
 def sampling_params(request: Request) -> GenerateParams:

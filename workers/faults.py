@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import cast
+from typing import Any, cast
 
 from headrace.transport.base import Partition, Record
 from headrace.workers.backends.base import (
@@ -115,6 +115,10 @@ class FaultyBackend:
     def embed(self, items: list[EncodedItem], normalize: list[bool]) -> tuple[Vectors, int, int]:
         self._inject(items)
         return cast(Backend, self.inner).embed(items, normalize)
+
+    def token_pieces(self, ids: list[int]) -> list[tuple[str, list[int]]]:
+        inner: Any = self.inner  # a generative backend names its tokens
+        return list(inner.token_pieces(ids))
 
     def generate(
         self,

@@ -279,7 +279,7 @@ def test_a_parameter_not_served_is_a_400_naming_it_never_dropped(
     url, keys = gateway
     sdk = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0)
     asks: list[tuple[str, dict[str, object]]] = [
-        ("logprobs", {"logprobs": True, "top_logprobs": 2}),
+        ("logprobs", {"logprobs": True, "top_logprobs": 2, "stream": True}),
         (
             "response_format",  # a schema llguidance cannot enforce: refused, not ignored
             {
@@ -428,4 +428,41 @@ def test_structured_output_with_the_official_sdk_parse_and_json_object(
     )
     text = "".join(c.choices[0].delta.content or "" for c in as_object if c.choices)
     assert text.startswith("{")  # streamed deltas of the same constrained text
+    sdk.close()
+
+
+def test_logprobs_with_the_official_sdk_chat_and_completions(
+    gateway: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = gateway
+    sdk = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0)
+    chat = sdk.chat.completions.create(
+        model=tiny_lm.NAME,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_completion_tokens=8,
+        temperature=0.0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    choice = chat.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    content = choice.logprobs.content
+    assert chat.usage is not None and len(content) == chat.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 3 and t.logprob <= 0 for t in content)
+    assert all(t.token == t.top_logprobs[0].token for t in content)  # greedy: the likeliest
+    spelled = b"".join(bytes(t.bytes or []) for t in content)
+    assert spelled.decode() == choice.message.content  # the tokens' bytes are the text's
+    legacy = sdk.completions.create(
+        model=tiny_lm.NAME, prompt="The headrace", max_tokens=6, temperature=0.0, logprobs=2
+    )
+    got = legacy.choices[0].logprobs
+    assert got is not None and got.tokens is not None and got.top_logprobs is not None
+    assert len(got.tokens) == len(got.top_logprobs) == legacy.usage.completion_tokens  # type: ignore[union-attr]
+    assert all(len(alternatives) == 2 for alternatives in got.top_logprobs)
+    plain = sdk.chat.completions.create(
+        model=tiny_lm.NAME,
+        messages=CHAT,
+        max_completion_tokens=2,  # type: ignore[arg-type]
+    )
+    assert plain.choices[0].logprobs is None
     sdk.close()

@@ -16,8 +16,10 @@ from headrace.jobs.openai_bodies import (
     ChatCompletionCreate,
     CompletionCreate,
     Sampling,
+    generation_body,
 )
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.logprobs import TokenLogprob, TopLogprob
+from headrace.schemas.messages import GenerateParams, GenerationResult, Usage
 from headrace.schemas.response_format import ResponseFormat
 
 CHAT = {"model": "lm", "messages": [{"role": "user", "content": "hi"}]}
@@ -25,8 +27,7 @@ PROMPT = {"model": "lm", "prompt": "hi"}
 
 # field: (a value that asks for nothing, one that asks for something not served)
 CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
-    "logprobs": (False, True),
-    "top_logprobs": (0, 5),
+    "top_logprobs": (0, 5),  # without logprobs true
     "response_format": ({"type": "text"}, {"type": "grammar", "grammar": "start: x"}),
     "tools": ([], [{"type": "function", "function": {"name": "f"}}]),
     "tool_choice": ("none", "auto"),
@@ -45,7 +46,7 @@ COMPLETION_FIELDS: dict[str, tuple[Any, Any]] = {
     "best_of": (1, 3),
     "echo": (False, True),
     "suffix": (None, " end"),
-    "logprobs": (None, 2),
+    "logprobs": (None, 6),  # OpenAI's bound: 5
 }
 
 
@@ -166,3 +167,48 @@ def test_a_schema_that_cannot_be_enforced_is_refused_naming_response_format() ->
     assert refused_field(
         CompletionCreate, {**PROMPT, "response_format": {"type": "json_object"}}
     ) == ("response_format")
+
+
+def test_logprobs_reach_the_pipeline_and_are_refused_with_stream() -> None:
+    chat = ChatCompletionCreate.model_validate({**CHAT, "logprobs": True, "top_logprobs": 3})
+    assert chat.params()["logprobs"] == 3
+    assert ChatCompletionCreate.model_validate({**CHAT, "logprobs": True}).params()["logprobs"] == 0
+    assert ChatCompletionCreate.model_validate(CHAT).params()["logprobs"] is None
+    assert CompletionCreate.model_validate({**PROMPT, "logprobs": 2}).params()["logprobs"] == 2
+    streamed = {"stream": True, "logprobs": True}
+    assert refused_field(ChatCompletionCreate, {**CHAT, **streamed}) == "logprobs"
+    assert refused_field(CompletionCreate, {**PROMPT, "stream": True, "logprobs": 1}) == "logprobs"
+
+
+def test_logprobs_are_written_in_openai_s_chat_and_completions_shapes() -> None:
+    tokens = [
+        TokenLogprob(
+            token="The",
+            logprob=-0.5,
+            bytes=[84, 104, 101],
+            top_logprobs=[TopLogprob(token="The", logprob=-0.5, bytes=[84, 104, 101])],
+        ),
+        TokenLogprob(token=" mill", logprob=-1.25, bytes=list(b" mill"), top_logprobs=[]),
+    ]
+    result = GenerationResult(
+        text="The mill",
+        finish_reason="stop",
+        usage=Usage(prompt_tokens=2, completion_tokens=2),
+        logprobs=tokens,
+    )
+    chat = generation_body("r1", "lm", result, chat=True)["choices"][0]["logprobs"]
+    assert chat["content"][0] == {
+        "token": "The",
+        "logprob": -0.5,
+        "bytes": [84, 104, 101],
+        "top_logprobs": [{"token": "The", "logprob": -0.5, "bytes": [84, 104, 101]}],
+    }
+    legacy = generation_body("r1", "lm", result, chat=False)["choices"][0]["logprobs"]
+    assert legacy == {
+        "tokens": ["The", " mill"],
+        "token_logprobs": [-0.5, -1.25],
+        "top_logprobs": [{"The": -0.5}, {}],
+        "text_offset": [0, 3],
+    }
+    plain = result.model_copy(update={"logprobs": None})
+    assert generation_body("r1", "lm", plain, chat=True)["choices"][0]["logprobs"] is None

@@ -155,6 +155,11 @@ class Sampling(Protocol):
         """Structured output: None, or what the row's text must be (its ``grammar()``)."""
         ...
 
+    @property
+    def logprobs(self) -> int | None:
+        """Each token's log probability with this many alternatives (None: none)."""
+        ...
+
 
 @dataclass(frozen=True)
 class FixedSampling:
@@ -170,6 +175,18 @@ class FixedSampling:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     response_format: Grammar | None = None
+    logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """A generated token's log probability under the model (before any bias, penalty or
+    grammar), and its ``top`` most likely alternatives, most likely first: (token id,
+    log probability) pairs."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -181,6 +198,7 @@ class Generated:
     # the row's share of the forward passes it was in (each pass split evenly among the rows
     # it decoded: a batch's rows are padded to one length); None: not measured
     device_ms: float | None = field(default=None, compare=False)
+    logprobs: list[Logprob] | None = None  # one per generated token, where asked for
 
     @property
     def completion_tokens(self) -> int:

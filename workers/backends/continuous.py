@@ -47,9 +47,10 @@ from typing import Any
 
 import torch
 
-from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
+from headrace.workers.backends.base import EncodedItem, Generated, Logprob, OnFinished, Sampling
 from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import RunningBatch, check_layers, select
+from headrace.workers.backends.sampling import Chosen
 from headrace.workers.packing import by_length
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,8 @@ class ContinuousDecoder:
         model: Any,
         *,
         new_row: Callable[[Sampling, int, bool], Any],
-        advance: Callable[[Any, int], None],
-        choose: Callable[[torch.Tensor, list[Any]], torch.Tensor],
+        advance: Callable[[Any, int, Logprob | None], None],
+        choose: Callable[[torch.Tensor, list[Any]], Chosen],
         pad_id: int,
         device: torch.device,
         context: int,
@@ -405,15 +406,15 @@ class ContinuousDecoder:
         """Each row's next token, chosen for all rows at once on the device and copied to
         the host once (``choose``)."""
         chosen = self._choose(logits, [live.row for live in lives])
-        for live, token in zip(lives, chosen.tolist(), strict=True):
+        for k, (live, token) in enumerate(zip(lives, chosen.tokens, strict=True)):
             if live.row.finish is None:  # else finished at an earlier step, not yet cut out
-                self._take(live, token)
+                self._take(live, token, chosen.logprobs.get(k))
 
-    def _take(self, live: _Live, token: int) -> None:
+    def _take(self, live: _Live, token: int, logprob: Logprob | None = None) -> None:
         """Give the row its next token; it finishes on a stop, at max_tokens, or where the
         context ends (``length``)."""
         row = live.row
-        self._advance(row, token)
+        self._advance(row, token, logprob)
         if row.finish is None and row.prompt_tokens + len(row.ids) >= self.context:
             row.end("length")
         live.token = row.ids[-1] if row.ids else self.pad_id
@@ -482,5 +483,10 @@ def _column(values: list[int], device: torch.device) -> torch.Tensor:
 
 def _generated(row: Any) -> Generated:
     return Generated(
-        row.text, row.ids, row.finish or "length", row.prompt_tokens, row.device_s * 1000
+        row.text,
+        row.ids,
+        row.finish or "length",
+        row.prompt_tokens,
+        row.device_s * 1000,
+        row.logprobs,
     )

@@ -25,6 +25,7 @@ from headrace.workers.backends.base import (
     FixedSampling,
     Generated,
     LoadTimings,
+    Logprob,
     OnFinished,
     Sampling,
     Shape,
@@ -35,9 +36,10 @@ from headrace.workers.backends.base import (
 from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.embedding import pick_device
 from headrace.workers.backends.grammar import Constraints
+from headrace.workers.backends.pieces import token_pieces
 from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import Unsupported, check_layers
-from headrace.workers.backends.sampling import choose_tokens, new_seed
+from headrace.workers.backends.sampling import Chosen, choose_step, new_seed
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class _Row:
         self.finish: FinishReason | None = None
         self.hold = max((len(s) for s in params.stop), default=1) - 1
         self.device_s = 0.0  # its share of the forward passes it was in (the cost it is charged)
+        # each token's log probability, where asked for (``GenerateParams.logprobs``)
+        self.logprobs: list[Logprob] | None = [] if params.logprobs is not None else None
 
     def end(self, reason: FinishReason) -> None:
         self.finish = reason
@@ -338,18 +342,17 @@ class GenerationBackend:
                     cache = _roomy(out[self._cache_arg])
                 # every row's token on the device, then one copy to the host for the step
                 chosen = self._choose(out.logits[:, -1, :], rows)
-                tokens = chosen.tolist()
             passes_s += time.perf_counter() - began
             for i, row in enumerate(rows):
                 if row.finish is None:
-                    self._advance(row, tokens[i])
+                    self._advance(row, chosen.tokens[i], chosen.logprobs.get(i))
                 if on_delta is not None:
                     delta = row.pending_delta()
                     if delta:
                         on_delta(i, delta)
             if all(row.finish for row in rows):
                 break
-            ids = chosen[:, None]  # finished rows ride along; their outputs are not read
+            ids = chosen.ids[:, None]  # finished rows ride along; their outputs are not read
             mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
             step_mask = mask if self._step_mask is None else self._step_mask(mask)
             positions = positions[:, -1:] + 1
@@ -360,7 +363,8 @@ class GenerationBackend:
                     on_delta(i, delta)
         share_ms = passes_s * 1000 / len(rows)  # every row rode every pass, padded alike
         return [
-            Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens, share_ms) for r in rows
+            Generated(r.text, r.ids, r.finish or "length", r.prompt_tokens, share_ms, r.logprobs)
+            for r in rows
         ]
 
     def _new_row(self, params: Sampling, prompt_tokens: int, streams: bool) -> _Row:
@@ -373,25 +377,33 @@ class GenerationBackend:
             self._constraints.matcher(params),
         )
 
-    def _choose(self, logits: torch.Tensor, rows: Sequence[_Row]) -> torch.Tensor:
-        """Every row's next token on the device (``sampling.choose_tokens``), within its
-        grammar where it has one (``grammar.Constraints``)."""
-        logits = self._constraints.mask(
+    def _choose(self, logits: torch.Tensor, rows: Sequence[_Row]) -> Chosen:
+        """Every row's next token on the device (``sampling.choose_step``), within its
+        grammar where it has one (``grammar.Constraints``), with its log probability under
+        the model where asked; one copy to the host."""
+        masked = self._constraints.mask(
             logits, [row.matcher if row.finish is None else None for row in rows]
         )
-        return choose_tokens(
+        return choose_step(
             logits,
+            masked,
             [row.params for row in rows],
             [row.seed for row in rows],
             [len(row.ids) for row in rows],
             [row.ids for row in rows],
+            [k for k, row in enumerate(rows) if row.finish is None and row.logprobs is not None],
         )
+
+    def token_pieces(self, ids: list[int]) -> list[tuple[str, list[int]]]:
+        """Each token's own (text, bytes), as log probabilities report them."""
+        with self._tokenizer_lock:
+            return token_pieces(self.tokenizer, ids)
 
     def _text_of(self, ids: list[int]) -> str:
         with self._tokenizer_lock:
             return self._detokenize(ids)
 
-    def _advance(self, row: _Row, token: int) -> None:
+    def _advance(self, row: _Row, token: int, logprob: Logprob | None = None) -> None:
         """Append ``token`` to ``row``, or end it: at the end-of-sequence token, a stop
         sequence, or ``max_tokens``. A row's text is kept up to date at every token only
         where it is watched (``_Row``)."""
@@ -399,6 +411,8 @@ class GenerationBackend:
             row.end("stop")
             return
         row.ids.append(token)
+        if row.logprobs is not None and logprob is not None:
+            row.logprobs.append(logprob)
         if row.watched:
             row.text = self._text_of(row.ids)
         cuts = [row.text.find(s) for s in row.params.stop if s in row.text]

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from headrace.workers.backends.base import Sampling
+from headrace.workers.backends.base import Logprob, Sampling
 
 # splitmix64's constants, as signed 64-bit integers (torch has no unsigned 64-bit type;
 # its integer arithmetic wraps like the unsigned one)
@@ -137,3 +138,52 @@ def choose_tokens(
     race = noise([seeds[k] for k in sampled], [steps[k] for k in sampled], probs.shape[1], device)
     picks = (probs / race).argmax(dim=-1)
     return chosen.index_copy(0, rows, picks)
+
+
+@dataclass
+class Chosen:
+    """A step's choice: the tokens on the device (the next step's input), the same on the
+    host, and the log probabilities of the rows that asked (row -> its token's)."""
+
+    ids: torch.Tensor
+    tokens: list[int]
+    logprobs: dict[int, Logprob]
+
+
+def choose_step(
+    raw: torch.Tensor,
+    logits: torch.Tensor,
+    params: Sequence[Sampling],
+    seeds: Sequence[int],
+    steps: Sequence[int],
+    histories: Sequence[Sequence[int]],
+    asking: Sequence[int] = (),
+) -> Chosen:
+    """``choose_tokens`` on ``logits`` (``raw``, the model's, once masked by a grammar), and
+    for the rows in ``asking`` their token's log probability under ``raw`` with their
+    ``logprobs`` most likely alternatives; everything reaches the host in one copy (ids and
+    log probabilities packed into one float64 tensor: every token id is exact in it)."""
+    chosen = choose_tokens(logits, params, seeds, steps, histories)
+    if not asking:
+        return Chosen(chosen, chosen.tolist(), {})
+    at = torch.tensor(list(asking), device=raw.device)
+    log_p = torch.log_softmax(raw.index_select(0, at).float(), dim=-1)
+    picked = log_p.gather(1, chosen.index_select(0, at)[:, None]).flatten()
+    k = max(params[i].logprobs or 0 for i in asking)
+    parts = [chosen.double(), picked.double()]
+    if k:
+        top_values, top_ids = log_p.topk(k, dim=-1)
+        parts += [top_values.flatten().double(), top_ids.flatten().double()]
+    values = torch.cat(parts).tolist()
+    rows, count = len(params), len(asking)
+    tokens = [int(v) for v in values[:rows]]
+    logprobs: dict[int, Logprob] = {}
+    for j, row in enumerate(asking):
+        own = params[row].logprobs or 0
+        base = rows + count
+        top = tuple(
+            (int(values[base + count * k + j * k + t]), values[base + j * k + t])
+            for t in range(own)
+        )
+        logprobs[row] = Logprob(tokens[row], values[rows + j], top)
+    return Chosen(chosen, tokens, logprobs)

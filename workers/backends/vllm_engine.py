@@ -30,11 +30,13 @@ from headrace.workers.backends.base import (
     FixedSampling,
     Generated,
     LoadTimings,
+    Logprob,
     OnFinished,
     Sampling,
     Shape,
 )
 from headrace.workers.backends.generation import encode_prompts
+from headrace.workers.backends.pieces import token_pieces
 
 EngineFactory = Callable[[Path, dict[str, Any]], "AsyncEngine"]
 
@@ -72,17 +74,21 @@ def vllm_sampling(params: Sampling) -> Any:
 def sampling_kwargs(params: Sampling) -> dict[str, Any]:
     """A row's sampling parameters as vLLM SamplingParams keywords (temperature 0 is greedy
     there too)."""
-    return {
-        "n": 1,
-        "max_tokens": params.max_tokens,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "stop": list(params.stop),
-        "seed": params.seed,
-        "presence_penalty": params.presence_penalty,
-        "frequency_penalty": params.frequency_penalty,
-        "logit_bias": dict(params.logit_bias) or None,
-    } | structured_kwargs(params)
+    return (
+        {
+            "n": 1,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stop": list(params.stop),
+            "seed": params.seed,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            "logit_bias": dict(params.logit_bias) or None,
+        }
+        | structured_kwargs(params)
+        | ({"logprobs": params.logprobs} if params.logprobs is not None else {})
+    )
 
 
 def structured_kwargs(params: Sampling) -> dict[str, Any]:
@@ -94,6 +100,20 @@ def structured_kwargs(params: Sampling) -> dict[str, Any]:
     if fmt.type == "json_schema" and fmt.json_schema is not None:
         return {"structured_outputs": {"json": json.loads(fmt.json_schema)}}
     return {"structured_outputs": {"json_object": True}}
+
+
+def vllm_logprobs(completion: Any, asked: int | None) -> list[Logprob] | None:
+    """vLLM's per-token log probabilities (a dict per token: id -> its Logprob, with
+    ``logprob`` and ``rank``, 1 the most likely) as the backends' ``Logprob``s: the sampled
+    token's, and the ``asked`` best ranked."""
+    if asked is None or completion.logprobs is None:
+        return None
+    out = []
+    for token_id, step in zip(completion.token_ids, completion.logprobs, strict=False):
+        ranked = sorted(step.items(), key=lambda kv: kv[1].rank)
+        top = tuple((int(t), float(lp.logprob)) for t, lp in ranked if lp.rank <= asked)
+        out.append(Logprob(int(token_id), float(step[token_id].logprob), top[:asked]))
+    return out
 
 
 @dataclass
@@ -169,6 +189,10 @@ class VLLMBackend:
 
     def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
         return encode_prompts(self._tokenizer, self.max_tokens, texts, truncate)
+
+    def token_pieces(self, ids: list[int]) -> list[tuple[str, list[int]]]:
+        """Each token's own (text, bytes), as log probabilities report them."""
+        return token_pieces(self._tokenizer, ids)
 
     # --- the batch path -----------------------------------------------------------------
     def generate(
@@ -253,6 +277,7 @@ class VLLMBackend:
                         token_ids=list(completion.token_ids),
                         finish_reason=reason,
                         prompt_tokens=len(item.ids),
+                        logprobs=vllm_logprobs(completion, params.logprobs),
                     ),
                 )
             )

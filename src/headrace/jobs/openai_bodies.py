@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from headrace.schemas.errors import InvalidRequestError
+from headrace.schemas.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from headrace.schemas.messages import GenerationResult, Priority
 from headrace.schemas.response_format import ResponseFormat
 from headrace.sessions.prompt import render_prompt
@@ -40,8 +41,8 @@ NOT_SERVED = {
     "best_of": "leave best_of out or 1",
     "echo": "the prompt is not echoed: leave echo out or false",
     "suffix": "insertion is not served: leave suffix out",
-    "logprobs": "log probabilities are not served yet: leave logprobs out",
-    "top_logprobs": "log probabilities are not served yet: leave top_logprobs out",
+    "logprobs": "0 to 5 alternatives on /v1/completions, true or false on chat; not with stream",
+    "top_logprobs": "0 to 20, with logprobs true",
     "response_format": '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
     '"json_schema": {"name": ..., "schema": {...}}}',
     "tools": "tool calls are not served yet: leave tools out or []",
@@ -191,15 +192,27 @@ class Sampling(BaseModel):
         raise NotImplementedError
 
 
+def not_streamed(value: Any, info: ValidationInfo) -> Any:
+    """Log probabilities come with the whole answer: refused with ``stream``."""
+    if value not in (None, False) and info.data.get("stream"):
+        raise ValueError("log probabilities are not streamed: leave them out with stream")
+    return value
+
+
 class CompletionCreate(Sampling):
     prompt_text: str = Field(alias="prompt")
     best_of: Literal[1] | None = None
     echo: Literal[False] | None = None
     suffix: None = None
-    logprobs: None = None
+    logprobs: int | None = Field(default=None, ge=0, le=5)  # alternatives per token
+
+    _logprobs_not_streamed = field_validator("logprobs")(not_streamed)
 
     def prompt(self) -> str:
         return self.prompt_text
+
+    def params(self) -> dict[str, Any]:
+        return super().params() | {"logprobs": self.logprobs}
 
 
 class ChatMessage(BaseModel):
@@ -216,8 +229,8 @@ class ChatCompletionCreate(Sampling):
     safety_identifier: str | None = None
     parallel_tool_calls: bool | None = None
     # accepted only at the value that asks for nothing (NOT_SERVED says why)
-    logprobs: Literal[False] | None = None
-    top_logprobs: Literal[0] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormats | None = None  # served: structured output
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
     tool_choice: Literal["none"] | None = None
@@ -231,6 +244,15 @@ class ChatCompletionCreate(Sampling):
     verbosity: None = None
     store: Literal[False] | None = None
     service_tier: Literal["auto", "default", "priority", "flex"] | None = None
+
+    _logprobs_not_streamed = field_validator("logprobs")(not_streamed)
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError("only with logprobs true")
+        return value
 
     def priority(self, key_default: Priority) -> Priority:
         """The request's class: ``service_tier`` "priority" is ``interactive`` and "flex"
@@ -249,6 +271,7 @@ class ChatCompletionCreate(Sampling):
         if self.max_completion_tokens is not None:
             out["max_tokens"] = self.max_completion_tokens
         out["response_format"] = wire_format(self.response_format)
+        out["logprobs"] = (self.top_logprobs or 0) if self.logprobs else None
         return out
 
 
@@ -283,6 +306,7 @@ def generation_body(
             {
                 "index": i,
                 "message": {"role": "assistant", "content": r.text},
+                "logprobs": chat_logprobs(r.logprobs),
                 "finish_reason": r.finish_reason,
             }
             for i, r in enumerate(results)
@@ -294,7 +318,36 @@ def generation_body(
             "choices": choices,
         }
     choices = [
-        {"text": r.text, "index": i, "logprobs": None, "finish_reason": r.finish_reason}
+        {
+            "text": r.text,
+            "index": i,
+            "logprobs": completion_logprobs(r.logprobs),
+            "finish_reason": r.finish_reason,
+        }
         for i, r in enumerate(results)
     ]
     return {"id": f"cmpl-{request_id}", "object": "text_completion", **head, "choices": choices}
+
+
+def chat_logprobs(logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:
+    """OpenAI's chat ``logprobs``: ``content``, one entry per token."""
+    if logprobs is None:
+        return None
+    return {"content": [lp.model_dump() for lp in logprobs], "refusal": None}
+
+
+def completion_logprobs(logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:
+    """OpenAI's legacy completions ``logprobs``: parallel lists, the alternatives as
+    token -> logprob maps, and each token's character offset in the text."""
+    if logprobs is None:
+        return None
+    offsets, at = [], 0
+    for lp in logprobs:
+        offsets.append(at)
+        at += len(lp.token)
+    return {
+        "tokens": [lp.token for lp in logprobs],
+        "token_logprobs": [lp.logprob for lp in logprobs],
+        "top_logprobs": [{t.token: t.logprob for t in lp.top_logprobs} for lp in logprobs],
+        "text_offset": offsets,
+    }

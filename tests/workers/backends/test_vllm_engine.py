@@ -19,7 +19,7 @@ from headrace.config.settings import Settings
 from headrace.schemas.messages import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
 from headrace.workers.backends.base import EncodedItem, Shape
-from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs
+from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs, vllm_logprobs
 
 
 class FakeTokenizer:
@@ -180,6 +180,27 @@ def test_a_response_format_goes_to_vllm_as_its_structured_outputs() -> None:
     as_object = GenerateParams(response_format=ResponseFormat(type="json_object"))
     assert sampling_kwargs(as_object)["structured_outputs"] == {"json_object": True}
     assert "structured_outputs" not in sampling_kwargs(GenerateParams())
+
+
+def test_logprobs_go_to_vllm_and_come_back_as_the_sampled_tokens_with_their_best_ranked() -> None:
+    assert sampling_kwargs(GenerateParams(logprobs=2))["logprobs"] == 2
+    assert "logprobs" not in sampling_kwargs(GenerateParams())
+
+    def lp(value: float, rank: int) -> SimpleNamespace:
+        return SimpleNamespace(logprob=value, rank=rank, decoded_token="x")
+
+    completion = SimpleNamespace(
+        token_ids=[7, 9],
+        logprobs=[
+            {7: lp(-0.1, 1), 3: lp(-2.5, 2), 4: lp(-3.0, 3)},
+            {9: lp(-4.0, 5), 1: lp(-0.5, 1), 2: lp(-1.0, 2)},  # sampled: not in the best 2
+        ],
+    )
+    got = vllm_logprobs(completion, 2)
+    assert got is not None
+    assert [(g.token_id, g.logprob) for g in got] == [(7, -0.1), (9, -4.0)]
+    assert got[0].top == ((7, -0.1), (3, -2.5)) and got[1].top == ((1, -0.5), (2, -1.0))
+    assert vllm_logprobs(completion, None) is None
 
 
 def test_a_rows_class_is_vllms_priority_only_under_its_priority_scheduler() -> None:
