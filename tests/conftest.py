@@ -16,6 +16,7 @@ from headrace.ops.processes import Pipeline
 from tests.sql_stores import store_url
 
 __all__ = ["store_url"]  # a fixture for every SQL-store test (jobs, the model registry)
+pytest_plugins = ["tests.parallel"]  # several xdist workers, safely
 
 
 @pytest.fixture(scope="session")

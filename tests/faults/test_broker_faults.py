@@ -13,7 +13,12 @@ from headrace.ops.processes import Pipeline
 from tests.conftest import DURABLE_BROKER, unique_prefix
 from tests.faults.harness import run_with_fault
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# xdist_group: the durable broker has one port; its modules share a worker (tests/parallel.py)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("durable_broker"),
+]
 
 # tansu on S3 storage has lost acknowledged writes across these faults (in one CI run a broker
 # restart lost the replies of one batch, 42 contiguous offsets; an S3 outage lost 47 the same
@@ -41,6 +46,7 @@ def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
     )
 
 
+@pytest.mark.exclusive  # every test uses this S3
 def test_s3_stopped_for_10_s_mid_run(stack: LocalStack, durable_broker: LocalStack) -> None:
     def stop(_: Pipeline) -> None:
         stack.stop_service("s3")

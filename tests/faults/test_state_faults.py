@@ -12,6 +12,7 @@ from tests.faults.harness import run_with_fault
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
+@pytest.mark.exclusive  # every test uses this Redis
 def test_redis_restarted_empty_mid_run(stack: LocalStack) -> None:
     run_with_fault(
         "restart Redis, losing its data",

@@ -28,7 +28,12 @@ from headrace.transport.kafka import delivery
 from tests.conftest import DURABLE_BROKER
 from tests.integration.topics import read_topic
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# xdist_group: the durable broker has one port; its modules share a worker (tests/parallel.py)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("durable_broker"),
+]
 
 RESTARTS = 3
 FLUSH_EVERY = 20
