@@ -208,7 +208,9 @@ class Client(GenerationMixin):
             truncate=truncate, normalize=normalize
         )
         directive = None
-        if self.cache is not None and generation is None:
+        # a deterministic generation outside a conversation is cached like an embedding
+        repeats = generation is None or (generation.deterministic() and session_id is None)
+        if self.cache is not None and repeats:
             if cache_class not in self.settings.cache_classes:
                 raise InvalidRequestError(
                     f"unknown cache class {cache_class!r}; known: "

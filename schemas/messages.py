@@ -103,6 +103,12 @@ class GenerateParams(_Message):
     # each generated token's log probability, with this many alternatives (None: none)
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
+    def deterministic(self) -> bool:
+        """Whether the same request gives the same text: greedy, or sampled from a given
+        seed (without one, a request is seeded from its own id). Only such results are
+        cached."""
+        return self.temperature == 0.0 or self.seed is not None
+
     @field_validator("logit_bias", mode="before")
     @classmethod
     def _pairs(cls, value: Any) -> Any:

@@ -1,9 +1,17 @@
-"""Cache keys: everything that changes a result changes the key; the tenant always does."""
+"""Cache keys: everything that changes a result changes the key; the tenant always does.
+Which results may be cached: embeddings, and generations that would repeat."""
 
 from __future__ import annotations
 
 from headrace.cache.keys import cache_key, entry_scopes, normalise_input
-from headrace.schemas.messages import EmbedParams
+from headrace.cache.requests import cacheable
+from headrace.schemas.messages import (
+    EmbedParams,
+    GenerateParams,
+    GenerationResult,
+    Request,
+    Usage,
+)
 
 BASE = ("acme", "all-MiniLM-L6-v2", "v1", "embed", "a red bicycle", EmbedParams())
 
@@ -41,3 +49,38 @@ def test_scopes_are_the_tenant_the_model_version_and_the_tenants_own_tags() -> N
     scopes = entry_scopes("acme", "m", "v1", ["doc:2", "doc:1", "doc:1"])
     assert scopes == ["tenant/acme", "model/m@v1", "tenant/acme/tag/doc:1", "tenant/acme/tag/doc:2"]
     assert entry_scopes("globex", "m", "v1", ["doc:1"])[2] != scopes[2]
+
+
+def test_a_prompt_keys_as_the_model_sees_it_and_a_stream_shares_its_key() -> None:
+    prompt = ("acme", "lm", "v1", "generate")
+    greedy = GenerateParams(max_tokens=8)
+    assert cache_key(*prompt, "The  mill", greedy) != cache_key(*prompt, "The mill", greedy)
+    streamed = greedy.model_copy(update={"stream": True})
+    assert cache_key(*prompt, "The mill", streamed) == cache_key(*prompt, "The mill", greedy)
+    longer = greedy.model_copy(update={"max_tokens": 9})
+    assert cache_key(*prompt, "The mill", longer) != cache_key(*prompt, "The mill", greedy)
+
+
+def generation_request(params: GenerateParams, session_id: str | None = None) -> Request:
+    return Request(
+        request_id="r1",
+        tenant="acme",
+        model="lm",
+        task="generate",
+        input="The mill",
+        reply_to="t.replies",
+        params=params,
+        session_id=session_id,
+    )
+
+
+def test_only_generations_that_would_repeat_are_cached() -> None:
+    done = GenerationResult(
+        text="x", finish_reason="stop", usage=Usage(prompt_tokens=2, completion_tokens=1)
+    )
+    assert cacheable(generation_request(GenerateParams(temperature=0.0)), done)
+    assert cacheable(generation_request(GenerateParams(temperature=1.0, seed=3)), done)
+    assert not cacheable(generation_request(GenerateParams(temperature=1.0)), done)  # own seed
+    assert not cacheable(generation_request(GenerateParams(), session_id="chat-1"), done)
+    aborted = done.model_copy(update={"finish_reason": "abort"})
+    assert not cacheable(generation_request(GenerateParams()), aborted)

@@ -18,11 +18,12 @@ from headrace.models import tiny_lm
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import InputTooLongError, InvalidRequestError
-from headrace.schemas.messages import GenerateParams, GenerationResult
+from headrace.schemas.messages import GenerateParams, GenerationResult, Reply
 from headrace.sessions.prompt import exchange, render_prompt
 from headrace.sessions.store import SessionStore
 from headrace.workers.backends.generation import GenerationBackend
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.tiny_model import load_test_lm
 
 pytestmark = pytest.mark.timeout(300)
@@ -167,3 +168,30 @@ def test_a_session_carries_the_conversation(client: Client, local: GenerationBac
     ]
     with pytest.raises(ValueError, match="session_id is for generate"):
         client.prepare(["hi"], model="all-MiniLM-L6-v2", session_id=sid)
+
+
+def test_a_deterministic_generation_is_served_from_the_cache_and_streams_from_it(
+    pipeline: Pipeline,
+) -> None:
+    settings = Settings(topic_prefix=PREFIX, model=tiny_lm.NAME, cache_enabled=True)
+    prompt = f"The wheel turns {uuid.uuid4().hex[:6]}"
+    with Client(settings, tenant="cached") as cached:
+        first = cached.submit_generation(prompt, max_tokens=10).result(120)
+        assert isinstance(first.result, GenerationResult) and first.cache_tier is None
+
+        def hit() -> Reply | None:
+            reply = cached.submit_generation(prompt, max_tokens=10).result(60)
+            return reply if reply.cache_tier is not None else None
+
+        again = eventually(hit, 10, "the generation from the cache")
+        assert again.result == first.result  # the same text, finish reason and usage
+
+        async def streamed() -> list[str]:
+            return [piece async for piece in cached.stream(prompt, max_tokens=10)]
+
+        assert "".join(asyncio.run(streamed())) == first.result.text  # replayed from it
+        sampled = [
+            cached.submit_generation(prompt, max_tokens=10, temperature=1.0).result(120)
+            for _ in range(2)
+        ]
+        assert [r.cache_tier for r in sampled] == [None, None]  # would not repeat: computed

@@ -67,7 +67,9 @@ def descend(policy: LadderPolicy, request: Request, reason: Reason, why: str) ->
     error = ErrorInfo(code=code, message=why)
     if request.tenant in policy.opt_out:
         return Descent(reason, cache=False, canned=None, error=error)
-    cache = "cache" in policy.rungs and request.task == "embed" and request.cache is not None
+    # a request with a cache directive is one whose result may repeat (an embedding, or a
+    # deterministic generation: the client gives no other a directive)
+    cache = "cache" in policy.rungs and request.cache is not None
     canned = policy.canned.get(request.model) if "canned" in policy.rungs else None
     if canned is not None and not _fits(canned, request):
         canned = None

@@ -22,13 +22,17 @@ def normalise_input(text: str) -> str:
 def cache_key(
     tenant: str, model: str, model_version: str, task: str, text: str, params: BaseModel
 ) -> str:
+    """An embedding's input is normalised (``normalise_input``); a prompt is the model's
+    input as it is, spaces and all. Whether a generation is streamed does not change it."""
     doc = {
         "tenant": tenant,
         "model": model,
         "model_version": model_version,
         "task": task,
-        "input": normalise_input(text),
-        "params": params.model_dump(mode="json"),
+        "input": normalise_input(text) if task == "embed" else text,
+        "params": params.model_dump(
+            mode="json", exclude={"stream"} if task == "generate" else None
+        ),
     }
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()

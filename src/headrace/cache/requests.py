@@ -7,7 +7,7 @@ from __future__ import annotations
 from headrace.cache.entry import CacheEntry
 from headrace.cache.keys import cache_key, entry_scopes
 from headrace.config.cache_policy import ExpiryPolicy
-from headrace.schemas.messages import EmbeddingResult, Request
+from headrace.schemas.messages import EmbeddingResult, GenerateParams, GenerationResult, Request
 
 
 def request_key(request: Request, model_version: str) -> str:
@@ -21,9 +21,24 @@ def request_scopes(request: Request, model_version: str) -> list[str]:
     return entry_scopes(request.tenant, request.model, model_version, tags)
 
 
+def cacheable(request: Request, result: EmbeddingResult | GenerationResult) -> bool:
+    """Whether ``result`` may serve the same request again: any embedding; a generation
+    only when deterministic (``GenerateParams.deterministic``), outside a conversation
+    (its history is not in the key) and not cut short by a cancel."""
+    if isinstance(result, EmbeddingResult):
+        return True
+    params = request.params
+    return (
+        isinstance(params, GenerateParams)
+        and params.deterministic()
+        and request.session_id is None
+        and result.finish_reason != "abort"
+    )
+
+
 def result_entry(
     request: Request,
-    result: EmbeddingResult,
+    result: EmbeddingResult | GenerationResult,
     model_version: str,
     classes: dict[str, ExpiryPolicy],
     now: float,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from headrace.cache.requests import result_entry
+from headrace.cache.requests import cacheable, result_entry
 from headrace.cache.store import TieredCache
 from headrace.config.settings import Settings
-from headrace.schemas.messages import BatchItem, EmbeddingResult, Reply
+from headrace.schemas.messages import BatchItem, Reply
 
 
 class ResultWriter:
@@ -29,10 +29,11 @@ class ResultWriter:
     def __call__(self, replies: list[tuple[BatchItem, Reply]]) -> None:
         entries = []
         for item, reply in replies:
-            if not isinstance(reply.result, EmbeddingResult) or item.request.cache is None:
-                continue  # errors are not cached; generations are not (yet)
+            result = reply.result
+            if result is None or item.request.cache is None or not cacheable(item.request, result):
+                continue  # errors are not cached, nor generations that would not repeat
             entry = result_entry(
-                item.request, reply.result, self.model_version, self.classes, self.clock()
+                item.request, result, self.model_version, self.classes, self.clock()
             )
             if entry is not None:
                 entries.append(entry)

@@ -43,6 +43,9 @@ def test_each_rung_is_offered_only_where_it_can_serve() -> None:
         text="busy", finish_reason="stop", usage=Usage(prompt_tokens=0, completion_tokens=0)
     )
     assert descend(LadderPolicy(canned={MODEL: text}), generate, "late", "w").canned == text
+    assert not descend(policy, generate, "late", "w").cache  # no directive: it would not repeat
+    greedy = request(task="generate", params=GenerateParams(), cache=CacheDirective())
+    assert descend(policy, greedy, "no_workers", "why").cache  # a cached generation serves
     assert descend(policy, request(), "late", "why").error.code is ErrorCode.deadline_exceeded
 
 
