@@ -113,7 +113,15 @@ def test_a_tenant_over_its_rate_is_refused_by_the_dispatcher(
 ) -> None:
     tenant = unique_prefix("fast")
     limits.set_limits(tenant, TenantLimits(requests_per_s=3))
-    time.sleep(1)  # the dispatcher reads overrides every quarter second
+    eventually(  # the dispatcher reads overrides every quarter second
+        lambda: any(
+            "tenant limits read:" in line and tenant in line
+            for line in shared_pipeline.dispatcher.log_path.read_text().splitlines()
+        ),
+        10,
+        f"{tenant}'s limits read by the dispatcher",
+        every_s=0.1,
+    )
     with Client(shared_settings, tenant=tenant) as client:
         replies = [s.result(60) for s in client.submit_many([f"burst {i}" for i in range(12)])]
     codes = collections.Counter(r.error.code if r.error else "ok" for r in replies)

@@ -4,8 +4,6 @@ holds, and the dispatcher's batches of those buckets never pass that."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from headrace import connections
@@ -18,6 +16,7 @@ from headrace.workers.ledger import RedisLedger
 from headrace.workers.memory_plan import CPU_OVERHEAD_BYTES, ModelShape, plan_model
 from headrace.workers.memory_plan import estimated_activation_bytes_per_token as per_token
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -40,7 +39,16 @@ def test_a_small_worker_takes_the_buckets_that_fit_and_batches_stay_within_its_p
         ledger = RedisLedger(connections.redis_client(settings), settings.topic_prefix, 600)
         live = ledger.live_workers(list(settings.buckets), 10)
         assert [b for b in settings.buckets if live[b]] == fits
-        time.sleep(1.5)  # the dispatcher has read the worker's plan
+        [worker] = set().union(*live.values())
+        eventually(  # the dispatcher has read the worker's plan (it logs each change)
+            lambda: any(
+                "worker plans read:" in line and worker in line
+                for line in pipeline.dispatcher.log_path.read_text().splitlines()
+            ),
+            10,
+            "the worker's plan read by the dispatcher",
+            every_s=0.1,
+        )
         replies = [s.result(60) for s in client.submit_many([f"short {i}" for i in range(40)])]
         assert all(p.alive() for p in [pipeline.dispatcher, *pipeline.workers])
     sizes = [r.batch.size for r in replies if r.batch is not None]

@@ -82,6 +82,7 @@ class LimitsStore:
                 except (ValueError, TypeError) as exc:  # hand-edited: that tenant's defaults
                     log.warning("limits of %r unreadable (%s): the defaults apply", tenant, exc)
             self._overrides_version = version
+            log.info("tenant limits read: %s", ", ".join(sorted(self._overrides)) or "none")
         return dict(self._overrides)
 
     # --- counts ----------------------------------------------------------------------------------

@@ -111,6 +111,7 @@ class Dispatcher:
         self._announced = False
         self._epoch: str | None = None
         self._housekept = -1e9
+        self._plans: dict[str, object] = {}  # the workers' memory plans last seen (logged)
         self._assigned_ms: dict[Partition, int] = {}  # when this dispatcher got each partition
         self._paused_topics: set[str] = set()  # what the core paused, for partitions to come
         self._control_read = -1e9
@@ -352,12 +353,16 @@ class Dispatcher:
         batch_ids = self.core.in_flight_batch_ids()
         runners = dict(zip(batch_ids, self.ledger.runners(batch_ids), strict=True))
         info = self.ledger.worker_info(sorted(set().union(*live.values())))
+        plans = {w: _rows(i.get("plan")) for w, i in info.items()}
+        if plans != self._plans:
+            log.info("worker plans read: %s", {w: dict(p) for w, p in sorted(plans.items())})
+            self._plans = dict(plans)
         self.handle(
             WorkersSeen(
                 {b: frozenset(w) for b, w in live.items()},
                 runners,
                 versions={w: str(i["version"]) for w, i in info.items() if "version" in i},
-                plans={w: _rows(i.get("plan")) for w, i in info.items()},
+                plans=plans,
                 slots={w: _slots(i.get("slots")) for w, i in info.items()},
             )
         )
