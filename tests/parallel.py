@@ -1,5 +1,6 @@
-"""The suite on several xdist workers (``./dev test`` runs two; ``HEADRACE_TEST_WORKERS=0``
-runs it in one process), with what the tests share kept safe:
+"""The suite on several xdist workers (``HEADRACE_TEST_WORKERS=N ./dev test``; the default
+is one process: on CI's 2 cores two workers, each with its own shared pipeline, were slower
+than one), with what the tests share kept safe:
 
 - the local stack is started once, by the controller, before any worker runs (each
   worker's ``stack`` fixture then finds it up, and leaves it);
