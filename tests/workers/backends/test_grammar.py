@@ -7,7 +7,6 @@ format in the same batch are untouched; and the unpacking of llguidance's bitmas
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -18,7 +17,6 @@ from headrace.schemas.messages import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.grammar import unpack
-from tests.tiny_model import load_test_lm
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "object": {
@@ -70,19 +68,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 SEEDS = 12
 
 
-@pytest.fixture(scope="module")
-def backends() -> Iterator[dict[str, GenerationBackend]]:
-    static = load_test_lm()
-    continuous = load_test_lm(continuous_rows=64)
-    yield {"static": static, "continuous": continuous}
-    continuous.close()
-
-
 @pytest.mark.parametrize("mode", ["static", "continuous"])
 def test_every_output_parses_and_validates_against_its_schema(
-    backends: dict[str, GenerationBackend], mode: str
+    decoders: dict[str, GenerationBackend], mode: str
 ) -> None:
-    backend = backends[mode]
+    backend = decoders[mode]
     rows = [(name, seed) for name in SCHEMAS for seed in range(SEEDS)]
     params = [
         GenerateParams(
@@ -108,9 +98,9 @@ def test_every_output_parses_and_validates_against_its_schema(
 
 
 def test_json_object_gives_an_object_and_without_a_format_the_model_writes_no_json(
-    backends: dict[str, GenerationBackend],
+    decoders: dict[str, GenerationBackend],
 ) -> None:
-    backend = backends["static"]
+    backend = decoders["static"]
     items = backend.encode(["The mill answers in JSON:"] * 2, [False] * 2)
     as_json = GenerateParams(
         max_tokens=200, temperature=0.8, seed=3, response_format=ResponseFormat(type="json_object")

@@ -4,8 +4,6 @@ likely first, only for the rows that ask, and still one copy to the host per ste
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -13,17 +11,8 @@ from headrace.schemas.messages import GenerateParams
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.pieces import token_pieces
 from headrace.workers.backends.sampling import choose_step
-from tests.tiny_model import load_test_lm
 
 PROMPTS = ["The headrace", "Water leaves the river at the weir and runs"]
-
-
-@pytest.fixture(scope="module")
-def backends() -> Iterator[dict[str, GenerationBackend]]:
-    static = load_test_lm()
-    continuous = load_test_lm(continuous_rows=16)
-    yield {"static": static, "continuous": continuous}
-    continuous.close()
 
 
 def reference(backend: GenerationBackend, prompt: list[int], generated: list[int]) -> torch.Tensor:
@@ -37,9 +26,9 @@ def reference(backend: GenerationBackend, prompt: list[int], generated: list[int
 
 @pytest.mark.parametrize("mode", ["static", "continuous"])
 def test_each_tokens_logprob_is_the_models_with_its_alternatives(
-    backends: dict[str, GenerationBackend], mode: str
+    decoders: dict[str, GenerationBackend], mode: str
 ) -> None:
-    backend = backends[mode]
+    backend = decoders[mode]
     items = backend.encode([*PROMPTS, "no logprobs here"], [False] * 3)
     params = [
         GenerateParams(max_tokens=8, temperature=0.0, logprobs=3),
@@ -94,9 +83,9 @@ def test_the_logprobs_of_a_step_reach_the_host_with_its_tokens_in_one_copy() -> 
 
 
 def test_a_tokens_bytes_are_its_own_even_inside_a_character(
-    backends: dict[str, GenerationBackend],
+    decoders: dict[str, GenerationBackend],
 ) -> None:
-    tokenizer = backends["static"].tokenizer
+    tokenizer = decoders["static"].tokenizer
     ids = tokenizer("mill €")["input_ids"]
     pieces = token_pieces(tokenizer, ids)
     assert b"".join(bytes(raw) for _, raw in pieces).decode() == "mill €"
