@@ -31,7 +31,8 @@ from headrace.config.settings import Settings
 from headrace.config.tag_rules import TagRule
 from headrace.health.ready import is_ready_line
 from headrace.ops.localstack import LocalStack
-from headrace.schemas.messages import EmbeddingResult, EmbedParams
+from headrace.schemas.messages import EmbeddingResult
+from headrace.schemas.params import EmbedParams
 from headrace.transport.kafka import clients as kafka_clients
 
 console = Console()

@@ -26,7 +26,8 @@ from headrace.models.registry import model_spec
 from headrace.models.tokenizer import count_with, tokenizer_for
 from headrace.ops.sample_texts import long_tail_texts
 from headrace.schemas.buckets import bucket_for
-from headrace.schemas.messages import Completion, EmbedParams, Request
+from headrace.schemas.messages import Completion, Request
+from headrace.schemas.params import EmbedParams
 from headrace.schemas.topics import Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.dispatcher import events as ev

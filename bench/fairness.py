@@ -44,7 +44,8 @@ from headrace.models import tiny_lm
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import local_pipeline
 from headrace.producers.client import Client
-from headrace.schemas.messages import GenerateParams, Reply
+from headrace.schemas.messages import Reply
+from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.generation import GenerationBackend
 
 console = Console(width=120)

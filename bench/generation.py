@@ -56,7 +56,8 @@ from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.producers.submission import Submission
-from headrace.schemas.messages import GenerateParams, GenerationResult, Reply
+from headrace.schemas.messages import GenerationResult, Reply
+from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.generation import GenerationBackend
 
 console = Console(width=120)

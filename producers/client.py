@@ -63,15 +63,8 @@ from headrace.schemas.errors import (
     RequestTooLargeError,
     input_too_long,
 )
-from headrace.schemas.messages import (
-    CacheDirective,
-    Control,
-    EmbedParams,
-    GenerateParams,
-    Priority,
-    Reply,
-    Request,
-)
+from headrace.schemas.messages import CacheDirective, Control, Reply, Request
+from headrace.schemas.params import EmbedParams, GenerateParams, Priority
 from headrace.schemas.signing import control_signature, request_signature, tenant_key
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics

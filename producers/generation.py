@@ -14,14 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from headrace.consumers.streams import DeltaAssembler
 from headrace.schemas.errors import ReplyTimeoutError, RequestFailedError
-from headrace.schemas.messages import (
-    GenerateParams,
-    GenerationResult,
-    Priority,
-    Reply,
-    Request,
-    StreamDelta,
-)
+from headrace.schemas.messages import GenerationResult, Reply, Request, StreamDelta
+from headrace.schemas.params import GenerateParams, Priority
 
 if TYPE_CHECKING:
     from headrace.consumers.replies import ReplyListener

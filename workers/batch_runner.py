@@ -26,8 +26,6 @@ from headrace.schemas.messages import (
     Completion,
     Cost,
     EmbeddingResult,
-    EmbedParams,
-    GenerateParams,
     GenerationResult,
     RecordRef,
     Reply,
@@ -35,8 +33,8 @@ from headrace.schemas.messages import (
     StreamDelta,
     Timings,
     Usage,
-    priority_rank,
 )
+from headrace.schemas.params import EmbedParams, GenerateParams, priority_rank
 from headrace.sessions.prompt import render_prompt
 from headrace.workers.admission import admission_error
 from headrace.workers.backends.base import (

@@ -33,13 +33,8 @@ if TYPE_CHECKING:
         RequestTooLargeError,
         UnknownModelError,
     )
-    from headrace.schemas.messages import (
-        GenerateParams,
-        GenerationResult,
-        Reply,
-        Request,
-        StreamDelta,
-    )
+    from headrace.schemas.messages import GenerationResult, Reply, Request, StreamDelta
+    from headrace.schemas.params import GenerateParams
 
 __version__ = "0.1.0"
 
@@ -64,8 +59,8 @@ _MODULES = {
         "RequestTooLargeError",
         "UnknownModelError",
     ),
+    "headrace.schemas.params": ("GenerateParams",),
     "headrace.schemas.messages": (
-        "GenerateParams",
         "GenerationResult",
         "Reply",
         "Request",

@@ -9,7 +9,8 @@ from headrace.cache.entry import CacheEntry
 from headrace.cache.keys import cache_key, entry_scopes
 from headrace.cache.store import TieredCache
 from headrace.config.cache_policy import ExpiryPolicy
-from headrace.schemas.messages import EmbeddingResult, EmbedParams
+from headrace.schemas.messages import EmbeddingResult
+from headrace.schemas.params import EmbedParams
 
 TTL = ExpiryPolicy(mode="ttl", ttl_s=600)
 TAGS = ExpiryPolicy(mode="tags")

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from headrace.cache.keys import cache_key, entry_scopes, normalise_input
 from headrace.cache.requests import cacheable
-from headrace.schemas.messages import (
-    EmbedParams,
-    GenerateParams,
-    GenerationResult,
-    Request,
-    Usage,
-)
+from headrace.schemas.messages import GenerationResult, Request, Usage
+from headrace.schemas.params import EmbedParams, GenerateParams
 
 BASE = ("acme", "all-MiniLM-L6-v2", "v1", "embed", "a red bicycle", EmbedParams())
 

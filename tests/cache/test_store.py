@@ -14,7 +14,7 @@ from headrace.cache.keys import cache_key, entry_scopes
 from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
-from headrace.schemas.messages import EmbedParams
+from headrace.schemas.params import EmbedParams
 from tests.cache.entries import new_entry
 
 

@@ -18,7 +18,8 @@ from headrace.models import tiny_lm
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import InputTooLongError, InvalidRequestError
-from headrace.schemas.messages import GenerateParams, GenerationResult, Reply
+from headrace.schemas.messages import GenerationResult, Reply
+from headrace.schemas.params import GenerateParams
 from headrace.sessions.prompt import exchange, render_prompt
 from headrace.sessions.store import SessionStore
 from headrace.workers.backends.generation import GenerationBackend

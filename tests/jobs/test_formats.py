@@ -14,7 +14,8 @@ from headrace.jobs.formats import (
     success_line,
 )
 from headrace.schemas.errors import ErrorCode, ErrorInfo
-from headrace.schemas.messages import EmbeddingResult, GenerateParams, GenerationResult, Usage
+from headrace.schemas.messages import EmbeddingResult, GenerationResult, Usage
+from headrace.schemas.params import GenerateParams
 
 
 def openai(custom_id: str, body: dict[str, object], url: str = "/v1/embeddings") -> str:

@@ -19,7 +19,8 @@ from headrace.jobs.openai_bodies import (
     generation_body,
 )
 from headrace.schemas.logprobs import TokenLogprob, TopLogprob
-from headrace.schemas.messages import GenerateParams, GenerationResult, Usage
+from headrace.schemas.messages import GenerationResult, Usage
+from headrace.schemas.params import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
 
 CHAT = {"model": "lm", "messages": [{"role": "user", "content": "hi"}]}

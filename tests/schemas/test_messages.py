@@ -11,7 +11,6 @@ from headrace.schemas.errors import ErrorCode
 from headrace.schemas.export import export_schemas
 from headrace.schemas.messages import (
     EmbeddingResult,
-    GenerateParams,
     GenerationResult,
     Reply,
     Request,
@@ -19,6 +18,7 @@ from headrace.schemas.messages import (
     Usage,
     parse_reply_record,
 )
+from headrace.schemas.params import GenerateParams
 from headrace.schemas.tenants import TenantNameError, check_tenant
 
 

@@ -9,7 +9,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from headrace.schemas.messages import GenerateParams, Request
+from headrace.schemas.messages import Request
+from headrace.schemas.params import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
 
 SCHEMA = {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}

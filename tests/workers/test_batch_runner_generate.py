@@ -20,12 +20,12 @@ from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import (
     Batch,
-    GenerateParams,
     GenerationResult,
     Reply,
     StreamDelta,
     parse_reply_record,
 )
+from headrace.schemas.params import GenerateParams
 from headrace.transport import open_transport
 from headrace.workers.backends.base import EncodedItem, Generated, OnFinished, Sampling
 from headrace.workers.backends.continuous import ContinuousDecoder

@@ -67,7 +67,7 @@ class _Job:
     """One caller's rows: what it asked, and the channel its deltas and its end go back on."""
 
     prompts: list[list[int]]
-    rows: list[Any]  # generation._Row, one per prompt
+    rows: list[Any]  # rows.DecodeRow, one per prompt
     ranks: list[int] = field(default_factory=list)  # each row's class, 0 first
     # (row, text): a delta; (row, None): the row finished; None: every row finished
     events: queue.SimpleQueue[tuple[int, str | None] | None] = field(

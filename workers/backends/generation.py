@@ -21,7 +21,6 @@ import torch
 
 from headrace.workers.backends.base import (
     EncodedItem,
-    FinishReason,
     FixedSampling,
     Generated,
     LoadTimings,
@@ -38,76 +37,13 @@ from headrace.workers.backends.embedding import pick_device
 from headrace.workers.backends.grammar import Constraints
 from headrace.workers.backends.pieces import token_pieces
 from headrace.workers.backends.pulse import Pulse
+from headrace.workers.backends.rows import DecodeRow, detokenizer, encode_prompts
 from headrace.workers.backends.running_batch import Unsupported, check_layers
 from headrace.workers.backends.sampling import Chosen, choose_step, new_seed
 
 log = logging.getLogger(__name__)
 
 OnDelta = Callable[[int, str], None]  # (row, text)
-
-
-class _Row:
-    """One sequence's decoding state: its tokens, the text streamed so far, why it ended.
-    ``watched``: its text is needed at every token (it streams, or has stop sequences to
-    look for); otherwise it is decoded once, when the row ends."""
-
-    def __init__(
-        self,
-        params: Sampling,
-        prompt_tokens: int,
-        seed: int,
-        text_of: Callable[[list[int]], str],
-        streams: bool,
-        matcher: Any = None,
-    ) -> None:
-        self.params = params
-        self.matcher = matcher  # its structured output's grammar state (``grammar``), or None
-        self.text_of = text_of
-        self.watched = streams or bool(params.stop)
-        self.prompt_tokens = prompt_tokens
-        self.seed = seed  # its sampling noise is drawn from (seed, step)
-        self.ids: list[int] = []
-        self.text = ""
-        self.sent = 0  # characters of text already given out as deltas
-        self.finish: FinishReason | None = None
-        self.hold = max((len(s) for s in params.stop), default=1) - 1
-        self.device_s = 0.0  # its share of the forward passes it was in (the cost it is charged)
-        # each token's log probability, where asked for (``GenerateParams.logprobs``)
-        self.logprobs: list[Logprob] | None = [] if params.logprobs is not None else None
-
-    def end(self, reason: FinishReason) -> None:
-        self.finish = reason
-        if not self.watched:
-            self.text = self.text_of(self.ids)
-
-    def pending_delta(self) -> str:
-        """New text safe to give out: all of it once finished, else all but what could be
-        the start of a stop sequence."""
-        if self.finish:
-            end = len(self.text)
-        else:  # nor a character still being decoded (a partial UTF-8 sequence shows as U+FFFD)
-            end = min(len(self.text) - self.hold, len(self.text.rstrip("\ufffd")))
-        if end <= self.sent:
-            return ""
-        delta, self.sent = self.text[self.sent : end], end
-        return delta
-
-
-def encode_prompts(
-    tokenizer: Any, context: int, texts: list[str], truncate: list[bool]
-) -> list[EncodedItem]:
-    """Prompt token ids; past the context (less one token to generate) the start is cut
-    where asked (the end of a prompt matters most), else the item is too long."""
-    limit = context - 1
-    items = []
-    for ids, cut in zip(tokenizer(texts)["input_ids"], truncate, strict=True):
-        if len(ids) <= limit:
-            items.append(EncodedItem(ids=ids, token_count=len(ids)))
-        elif cut:
-            items.append(EncodedItem(ids=ids[-limit:], token_count=limit, truncated=True))
-        else:
-            items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
-    return items
 
 
 def _roomy(cache: Any) -> Any:
@@ -127,16 +63,6 @@ def _roomy(cache: Any) -> Any:
 
 def _seed(asked: int | None) -> int:
     return new_seed() if asked is None else asked
-
-
-def _detokenizer(tokenizer: Any) -> Callable[[list[int]], str]:
-    """The tokenizer's ``decode(ids, skip_special_tokens=True)``, straight from its Rust
-    backend where it has one and no clean-up of spaces applies (a row is decoded again at
-    every token: transformers' Python wrapper costs more than the decoding)."""
-    fast = getattr(tokenizer, "backend_tokenizer", None)
-    if fast is not None and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False:
-        return lambda ids: str(fast.decode(ids, skip_special_tokens=True))
-    return lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True))
 
 
 class GenerationBackend:
@@ -163,7 +89,7 @@ class GenerationBackend:
         self.device = pick_device(device)
         self.timings = LoadTimings()
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self._detokenize = _detokenizer(self.tokenizer)
+        self._detokenize = detokenizer(self.tokenizer)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.eos_id = int(self.tokenizer.eos_token_id)
         self._model: Any = None
@@ -367,8 +293,8 @@ class GenerationBackend:
             for r in rows
         ]
 
-    def _new_row(self, params: Sampling, prompt_tokens: int, streams: bool) -> _Row:
-        return _Row(
+    def _new_row(self, params: Sampling, prompt_tokens: int, streams: bool) -> DecodeRow:
+        return DecodeRow(
             params,
             prompt_tokens,
             _seed(params.seed),
@@ -377,7 +303,7 @@ class GenerationBackend:
             self._constraints.matcher(params),
         )
 
-    def _choose(self, logits: torch.Tensor, rows: Sequence[_Row]) -> Chosen:
+    def _choose(self, logits: torch.Tensor, rows: Sequence[DecodeRow]) -> Chosen:
         """Every row's next token on the device (``sampling.choose_step``), within its
         grammar where it has one (``grammar.Constraints``), with its log probability under
         the model where asked; one copy to the host."""
@@ -403,10 +329,10 @@ class GenerationBackend:
         with self._tokenizer_lock:
             return self._detokenize(ids)
 
-    def _advance(self, row: _Row, token: int, logprob: Logprob | None = None) -> None:
+    def _advance(self, row: DecodeRow, token: int, logprob: Logprob | None = None) -> None:
         """Append ``token`` to ``row``, or end it: at the end-of-sequence token, a stop
         sequence, or ``max_tokens``. A row's text is kept up to date at every token only
-        where it is watched (``_Row``)."""
+        where it is watched (``DecodeRow``)."""
         if token == self.eos_id:
             row.end("stop")
             return

@@ -35,8 +35,8 @@ from headrace.workers.backends.base import (
     Sampling,
     Shape,
 )
-from headrace.workers.backends.generation import encode_prompts
 from headrace.workers.backends.pieces import token_pieces
+from headrace.workers.backends.rows import encode_prompts
 
 EngineFactory = Callable[[Path, dict[str, Any]], "AsyncEngine"]
 

@@ -18,10 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from cachetools import FIFOCache
 
-from headrace.schemas.messages import (
-    Completion,
-    priority_rank,
-)
+from headrace.schemas.messages import Completion
+from headrace.schemas.params import priority_rank
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher import events as ev

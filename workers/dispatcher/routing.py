@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import ErrorInfo, input_too_long
-from headrace.schemas.messages import GenerateParams, Request
+from headrace.schemas.messages import Request
+from headrace.schemas.params import GenerateParams
 
 TokenCounter = Callable[[Sequence[str]], list[int]]  # texts -> tokens each, specials included
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from headrace.cache.entry import CacheEntry
 from headrace.cache.keys import cache_key, entry_scopes
 from headrace.config.cache_policy import ExpiryPolicy
-from headrace.schemas.messages import EmbeddingResult, GenerateParams, GenerationResult, Request
+from headrace.schemas.messages import EmbeddingResult, GenerationResult, Request
+from headrace.schemas.params import GenerateParams
 
 
 def request_key(request: Request, model_version: str) -> str:

@@ -38,7 +38,7 @@ from headrace.schemas.errors import (
     RequestFailedError,
     UnknownModelError,
 )
-from headrace.schemas.messages import Priority
+from headrace.schemas.params import Priority
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ from headrace.jobs.openai_bodies import (
 )
 from headrace.producers.client import Client
 from headrace.schemas.errors import HeadraceError, InvalidRequestError
-from headrace.schemas.messages import GenerationResult, Priority
+from headrace.schemas.messages import GenerationResult
+from headrace.schemas.params import Priority
 
 WAIT_S = 120.0
 

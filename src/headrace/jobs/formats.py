@@ -29,7 +29,7 @@ from headrace.jobs.openai_bodies import (
     generation_body,
 )
 from headrace.schemas.errors import ErrorCode, ErrorInfo, InvalidRequestError
-from headrace.schemas.messages import EmbeddingResult, GenerateParams, GenerationResult
+from headrace.schemas.messages import EmbeddingResult, GenerationResult
 from headrace.schemas.openai_batch import (
     EMBEDDINGS_URL,
     GENERATION_URLS,
@@ -39,6 +39,7 @@ from headrace.schemas.openai_batch import (
     OutputLine,
     ResponseBody,
 )
+from headrace.schemas.params import GenerateParams
 
 InputFormat = Literal["openai", "plain"]
 

@@ -25,7 +25,8 @@ from pydantic import (
 
 from headrace.schemas.errors import InvalidRequestError
 from headrace.schemas.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
-from headrace.schemas.messages import GenerationResult, Priority
+from headrace.schemas.messages import GenerationResult
+from headrace.schemas.params import Priority
 from headrace.schemas.response_format import ResponseFormat
 from headrace.sessions.prompt import render_prompt
 from headrace.sessions.store import Turn

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
 from headrace.jobs.lifecycle import FINAL, JobStatus, check_move
-from headrace.schemas.messages import Priority
+from headrace.schemas.params import Priority
 from headrace.schemas.tenants import check_tenant
 from headrace.sql import Base as _Base
 from headrace.sql import UTCDateTime, migrate, open_engine, revision

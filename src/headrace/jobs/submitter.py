@@ -18,7 +18,8 @@ from headrace.jobs.progress import Progress
 from headrace.jobs.store import Job
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorInfo, InvalidRequestError
-from headrace.schemas.messages import GenerateParams, Request
+from headrace.schemas.messages import Request
+from headrace.schemas.params import GenerateParams
 
 if TYPE_CHECKING:
     from headrace.jobs.run_options import RunOptions

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
-from headrace.schemas.messages import SHED_SHARE
+from headrace.schemas.params import SHED_SHARE
 
 
 @dataclass(frozen=True)

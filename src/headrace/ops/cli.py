@@ -227,7 +227,7 @@ def api_key_create(
 ) -> None:
     """Make a new gateway API key for TENANT; it is printed once, only its hash is kept."""
     from headrace.jobs.store import JobStore
-    from headrace.schemas.messages import Priority
+    from headrace.schemas.params import Priority
     from headrace.schemas.tenants import TenantNameError
 
     expires = None

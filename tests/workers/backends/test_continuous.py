@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
 from headrace.workers.backends.continuous import ContinuousDecoder, kv_fits
 from headrace.workers.backends.generation import GenerationBackend

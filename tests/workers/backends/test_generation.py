@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from headrace.models import tiny_lm
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.base import default_shapes
 from headrace.workers.backends.generation import GenerationBackend
 

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import torch
 
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.params import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.grammar import unpack

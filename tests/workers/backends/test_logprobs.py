@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.pieces import token_pieces
 from headrace.workers.backends.sampling import choose_step

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.params import GenerateParams
 from headrace.workers.backends import ragged_attention
 from headrace.workers.backends.base import Generated
 from tests.tiny_model import context_lm, load_test_lm

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.sampling import adjust, choose_tokens
 from tests.tiny_model import load_test_lm

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from headrace.config.settings import Settings
-from headrace.schemas.messages import GenerateParams
+from headrace.schemas.params import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
 from headrace.workers.backends.base import EncodedItem, Shape
 from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs, vllm_logprobs

@@ -6,7 +6,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from headrace.schemas.messages import Completion, EmbedParams, RecordRef, Request
+from headrace.schemas.messages import Completion, RecordRef, Request
+from headrace.schemas.params import EmbedParams
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Completion, GenerateParams, Request
+from headrace.schemas.messages import Completion, Request
+from headrace.schemas.params import GenerateParams
 from headrace.schemas.signing import request_signature
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.limits.policy import TenantLimits
-from headrace.schemas.messages import priority_rank
+from headrace.schemas.params import priority_rank
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.batcher import DynamicBatcher
 from headrace.workers.dispatcher.fair import FairBatcher

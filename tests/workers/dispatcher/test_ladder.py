@@ -13,11 +13,11 @@ from headrace.schemas.messages import (
     CacheDirective,
     Completion,
     EmbeddingResult,
-    GenerateParams,
     GenerationResult,
     Request,
     Usage,
 )
+from headrace.schemas.params import GenerateParams
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.ladder import LadderPolicy, descend, late
 from tests.workers.dispatcher.rig import MODEL, Rig, ids, of

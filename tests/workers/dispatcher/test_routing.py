@@ -6,7 +6,8 @@ the batch budget is the real count, never the producer's claim."""
 from __future__ import annotations
 
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import EmbedParams, GenerateParams, Request
+from headrace.schemas.messages import Request
+from headrace.schemas.params import EmbedParams, GenerateParams
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.routing import Here, Onward, route
 from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of
