@@ -12,6 +12,7 @@ spacing (``", "`` and ``": "``, no other whitespace): a small model cannot pad i
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -68,17 +69,24 @@ class ResponseFormat(BaseModel):
         return dict(json.loads(self.json_schema or ANY_OBJECT))
 
     def grammar(self) -> str:
-        """llguidance's grammar for it."""
-        from llguidance import LLMatcher
-
-        try:
-            return LLMatcher.grammar_from_json_schema(
-                self.json_schema or ANY_OBJECT, defaults=JSON_OPTIONS
-            )
-        except ValueError as exc:  # not a JSON object
-            raise ValueError(f"the schema is not a JSON object: {exc}") from exc
+        """llguidance's grammar for it (compiled once per schema in a process)."""
+        return compiled(self.json_schema or ANY_OBJECT)
 
 
+@lru_cache(maxsize=256)
+def compiled(schema_text: str) -> str:
+    """The grammar of a JSON Schema given as text. A request's schema is read at the
+    gateway, the dispatcher and the worker, and the worker compiles it for each row: each
+    process compiles a schema once."""
+    from llguidance import LLMatcher
+
+    try:
+        return LLMatcher.grammar_from_json_schema(schema_text, defaults=JSON_OPTIONS)
+    except ValueError as exc:  # not a JSON object
+        raise ValueError(f"the schema is not a JSON object: {exc}") from exc
+
+
+@lru_cache(maxsize=256)
 def grammar_problem(grammar: str) -> str:
     """Why llguidance cannot enforce ``grammar`` ("" when it can)."""
     from llguidance import LLMatcher

@@ -27,6 +27,7 @@ from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 
 LOCKS = Path(os.environ.get("HEADRACE_STATE_DIR", ".headrace")) / "test-locks"
+STARTED = pytest.StashKey[LocalStack]()  # the stack the controller started, to stop
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -47,8 +48,6 @@ def pytest_configure(config: pytest.Config) -> None:
             stack.up()
             config.stash[STARTED] = stack
 
-
-STARTED = pytest.StashKey[LocalStack]()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
