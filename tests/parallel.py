@@ -49,7 +49,6 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[STARTED] = stack
 
 
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     started = config.stash.get(STARTED, None)
     if started is not None:
