@@ -77,6 +77,8 @@ class ModelManifest(_Strict):
     label: str = ""  # e.g. "TEST VERSION: perturbed weights", shown wherever it is listed
     created_at: AwareDatetime = Field(default_factory=utc_now)
     warmed: dict[str, Warmed] = Field(default_factory=dict)  # by device
+    # its own chat template: none, one without a tool format (plain), one with (tools)
+    chat_template: Literal["none", "plain", "tools"] = "none"
 
     def weights_bytes(self) -> int:
         return sum(f.bytes for f in self.files if f.kind == "weights")

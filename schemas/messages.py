@@ -243,7 +243,8 @@ class Usage(_Message):
 
 class GenerationResult(_Message):
     text: str
-    finish_reason: Literal["stop", "length", "abort"]
+    # tool_calls: the text is whole tool calls (``schemas.tool_calls.read_calls``)
+    finish_reason: Literal["stop", "length", "abort", "tool_calls"]
     usage: Usage
     truncated: bool = False  # the prompt's start was cut to fit the context
     logprobs: list[TokenLogprob] | None = None  # asked for with GenerateParams.logprobs

@@ -1,5 +1,6 @@
-"""Structured output on the wire: ``ResponseFormat``, what a generation must be (JSON, or
-JSON valid against a schema), and the grammar it compiles to.
+"""Structured output on the wire: ``ResponseFormat``, what a generation must be (JSON, JSON
+valid against a schema, or tool calls: ``schemas.tool_calls``), and the grammar it compiles
+to.
 
 The grammar is llguidance's (a fast Rust library for constrained decoding: a token mask per
 step in tens of microseconds, with wide JSON Schema coverage; docs/dependencies.md says why
@@ -16,6 +17,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from headrace.schemas.tool_calls import ToolChoice, tools_grammar
 
 MAX_SCHEMA_CHARS = 32_768
 # compact JSON, spaced as OpenAI's models write it
@@ -34,12 +37,17 @@ class ResponseFormat(BaseModel):
     """``json_object``: the text is one JSON object. ``json_schema``: the text is JSON valid
     against ``json_schema`` (the schema itself, as JSON text: the message stays hashable).
     Enforced token by token; a row that runs out of ``max_tokens`` first ends ``length``
-    with the JSON unfinished, as OpenAI's does."""
+    with the JSON unfinished, as OpenAI's does. ``tool_calls``: the text is tool calls, each
+    valid against ``json_schema`` (one call's schema, ``tool_calls.call_schema``), one or
+    more of them as ``parallel_tool_calls`` says; ``tool_choice`` ``auto`` lets the model
+    answer text instead."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: Literal["json_object", "json_schema"]
+    type: Literal["json_object", "json_schema", "tool_calls"]
     json_schema: str | None = Field(default=None, max_length=MAX_SCHEMA_CHARS)
+    tool_choice: ToolChoice | None = None  # with tool_calls, and only then
+    parallel_tool_calls: bool = True
 
     @field_validator("json_schema", mode="before")
     @classmethod
@@ -52,8 +60,10 @@ class ResponseFormat(BaseModel):
 
     @model_validator(mode="after")
     def _enforceable(self) -> ResponseFormat:
-        if (self.type == "json_schema") != (self.json_schema is not None):
-            raise ValueError("json_schema is given with type json_schema, and only then")
+        if (self.type == "json_object") == (self.json_schema is not None):
+            raise ValueError("json_schema is given with type json_schema or tool_calls")
+        if (self.type == "tool_calls") != (self.tool_choice is not None):
+            raise ValueError("tool_choice is given with type tool_calls, and only then")
         problem = grammar_problem(self.grammar())
         if problem:
             raise ValueError(f"the schema cannot be enforced: {problem}")
@@ -70,6 +80,9 @@ class ResponseFormat(BaseModel):
 
     def grammar(self) -> str:
         """llguidance's grammar for it (compiled once per schema in a process)."""
+        if self.tool_choice is not None:
+            assert self.json_schema is not None  # checked when read
+            return tools_grammar(self.json_schema, self.tool_choice, self.parallel_tool_calls)
         return compiled(self.json_schema or ANY_OBJECT)
 
 

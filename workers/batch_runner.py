@@ -35,6 +35,7 @@ from headrace.schemas.messages import (
     Usage,
 )
 from headrace.schemas.params import EmbedParams, GenerateParams, priority_rank
+from headrace.schemas.tool_calls import read_calls
 from headrace.sessions.prompt import render_prompt
 from headrace.workers.admission import admission_error
 from headrace.workers.backends.base import (
@@ -156,7 +157,7 @@ def _compute(
                 padded_tokens=tokens,  # it left the decode loop as it finished
             )
             compute_ms = (now - started) * 1000
-            result = _generation_result(enc, out, pieces)
+            result = _generation_result(enc, out, sampling_params(item.request), pieces)
             reply = _reply(
                 item, result, started, compute_ms, info, tokens, len(runnable), out.device_ms
             )
@@ -318,7 +319,8 @@ def _generate(
         if watched is not None:
             watched.close()
     results: list[EmbeddingResult | GenerationResult] = [
-        _generation_result(enc, o, pieces) for enc, o in zip(encoded, outputs, strict=True)
+        _generation_result(enc, o, p, pieces)
+        for enc, o, p in zip(encoded, outputs, params, strict=True)
     ]
     device_ms[:] = [o.device_ms for o in outputs]
     lengths = [len(enc.ids) + o.completion_tokens for enc, o in zip(encoded, outputs, strict=True)]
@@ -337,10 +339,16 @@ def token_namer(backend: object) -> Pieces:
     return cast(Pieces, named)
 
 
-def _generation_result(enc: EncodedItem, out: Generated, pieces: Pieces) -> GenerationResult:
+def _generation_result(
+    enc: EncodedItem, out: Generated, params: GenerateParams, pieces: Pieces
+) -> GenerationResult:
+    """A row's result; a row asked for tool calls whose text is whole calls ends
+    ``tool_calls``, as OpenAI's does."""
+    fmt = params.response_format
+    calls = fmt is not None and fmt.type == "tool_calls" and read_calls(out.text) is not None
     return GenerationResult(
         text=out.text,
-        finish_reason=out.finish_reason,
+        finish_reason="tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason,
         usage=Usage(prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens),
         truncated=enc.truncated,
         logprobs=wire_logprobs(out.logprobs, pieces) if out.logprobs is not None else None,

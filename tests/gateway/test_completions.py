@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
+import jsonschema
 import openai
 import pydantic
 import pytest
 
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
+from headrace.models.register import register
+from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import Control
@@ -28,6 +32,7 @@ from tests.integration.topics import read_topic
 
 pytestmark = pytest.mark.timeout(300)
 PREFIX = [""]  # the module's pipeline's topic prefix
+TEMPLATED = "templated-lm"  # registered in the module's own registry
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,20 @@ def gateway(
 ) -> Iterator[tuple[str, dict[str, str]]]:
     prefix = unique_prefix("completions")
     PREFIX[0] = prefix
-    env = pipeline_env(prefix, HEADRACE_MODEL=tiny_lm.NAME, HEADRACE_MAX_WAIT_MS="50")
     tmp_path: Path = tmp_path_factory.mktemp("gateway")
+    env = pipeline_env(
+        prefix,
+        HEADRACE_MODEL=tiny_lm.NAME,
+        HEADRACE_MAX_WAIT_MS="50",
+        HEADRACE_SQL_URL=f"sqlite:///{tmp_path}/gateway.db",  # a registry of its own
+    )
+    templated = tmp_path / "templated"  # the test LM with a chat template, no tool format
+    shutil.copytree(model_spec(tiny_lm.NAME).path, templated)
+    config = json.loads((templated / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    (templated / "tokenizer_config.json").write_text(json.dumps(config))
+    settings = Settings(sql_url=env["HEADRACE_SQL_URL"], state_dir=tmp_path / "state")
+    register(settings, TEMPLATED, str(templated), "v1")
     with Pipeline(env=env), running_gateway(env, tmp_path, tenants=("acme",)) as running:
         yield running
 
@@ -289,7 +306,13 @@ def test_a_parameter_not_served_is_a_400_naming_it_never_dropped(
                 }
             },
         ),
-        ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}),
+        (
+            "tool_choice",
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+        ),
         ("temprature", {"extra_body": {"temprature": 0}}),
     ]
     for field, options in asks:
@@ -465,4 +488,99 @@ def test_logprobs_with_the_official_sdk_chat_and_completions(
         max_completion_tokens=2,  # type: ignore[arg-type]
     )
     assert plain.choices[0].logprobs is None
+    sdk.close()
+
+
+FLOW = {
+    "type": "object",
+    "properties": {
+        "race": {"enum": ["head", "tail"]},
+        "hours": {"type": "integer", "minimum": 1, "maximum": 48},
+    },
+    "required": ["race", "hours"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_flow", "parameters": FLOW, "strict": True}},
+    {"type": "function", "function": {"name": "stop_wheel", "description": "Stops the wheel"}},
+]
+ARGUMENTS = {"get_flow": FLOW, "stop_wheel": {"type": "object", "maxProperties": 0}}
+
+
+def called(message: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The message's calls, each a declared tool with arguments valid for it."""
+    assert message.content is None and message.tool_calls, message
+    calls = [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls]
+    for name, arguments in calls:
+        jsonschema.validate(arguments, ARGUMENTS[name])
+    return calls
+
+
+def test_tools_with_the_official_sdk_sync_async_and_streamed(
+    gateway: tuple[str, dict[str, str]],
+) -> None:
+    """The random-weight test LM calls tools only because the grammar makes it: every
+    answer below is a declared function with arguments valid against its schema."""
+    url, keys = gateway
+    options = {"base_url": f"{url}/v1", "api_key": keys["acme"], "max_retries": 0}
+    sdk = openai.OpenAI(**options)  # type: ignore[arg-type]
+    ask: dict[str, Any] = {
+        "model": tiny_lm.NAME,
+        "messages": CHAT,
+        "tools": TOOLS,
+        "max_completion_tokens": 120,
+        "parallel_tool_calls": False,
+    }
+    for seed in range(3):
+        answer = sdk.chat.completions.create(**ask, tool_choice="required", seed=seed)
+        assert answer.choices[0].finish_reason == "tool_calls"
+        assert len(called(answer.choices[0].message)) == 1  # parallel_tool_calls false
+    named = sdk.chat.completions.create(
+        **ask, tool_choice={"type": "function", "function": {"name": "get_flow"}}, temperature=0
+    )
+    ((name, arguments),) = called(named.choices[0].message)
+    assert name == "get_flow"
+
+    streamed = sdk.chat.completions.create(
+        **ask,
+        tool_choice={"type": "function", "function": {"name": "get_flow"}},
+        temperature=0,
+        stream=True,
+    )
+    chunks = [c for c in streamed if c.choices]
+    deltas = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
+    assert all(not c.choices[0].delta.content for c in chunks)  # no call text as content
+    assert [(d.function.name, json.loads(d.function.arguments or "")) for d in deltas] == [
+        (name, arguments)  # greedy: the stream's call is the plain answer's
+    ]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+    call = named.choices[0].message.tool_calls[0]  # type: ignore[index]
+    answered = sdk.chat.completions.create(  # the tool's result sent back: a text answer
+        model=tiny_lm.NAME,
+        messages=[
+            *CHAT,
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "full to the brim"},
+        ],  # type: ignore[list-item]
+        tools=TOOLS,  # type: ignore[arg-type]
+        tool_choice="none",
+        max_completion_tokens=6,
+    )
+    assert answered.choices[0].message.content and not answered.choices[0].message.tool_calls
+
+    async def required() -> list[Any]:
+        async with openai.AsyncOpenAI(**options) as client:  # type: ignore[arg-type]
+            calls = [
+                client.chat.completions.create(**ask, tool_choice="required", seed=s)
+                for s in range(2)
+            ]
+            return [r.choices[0].message for r in await asyncio.gather(*calls)]
+
+    for message in asyncio.run(required()):
+        called(message)
+    with pytest.raises(openai.BadRequestError) as refused:  # its template has no tool format
+        sdk.chat.completions.create(**{**ask, "model": TEMPLATED})
+    assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "tools"
+    assert "no tool format" in str(refused.value.body["message"])
     sdk.close()

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from headrace.jobs.openai_answers import generation_body
 from headrace.jobs.openai_bodies import (
     MAX_N,
     NOT_SERVED,
     ChatCompletionCreate,
     CompletionCreate,
     Sampling,
-    generation_body,
 )
 from headrace.schemas.logprobs import TokenLogprob, TopLogprob
 from headrace.schemas.messages import GenerationResult, Usage
@@ -30,8 +30,8 @@ PROMPT = {"model": "lm", "prompt": "hi"}
 CHAT_FIELDS: dict[str, tuple[Any, Any]] = {
     "top_logprobs": (0, 5),  # without logprobs true
     "response_format": ({"type": "text"}, {"type": "grammar", "grammar": "start: x"}),
-    "tools": ([], [{"type": "function", "function": {"name": "f"}}]),
-    "tool_choice": ("none", "auto"),
+    "tools": ([], [{"type": "function", "function": {"name": "two words"}}]),
+    "tool_choice": ("none", "auto"),  # auto: with no tools to choose from
     "functions": ([], [{"name": "f"}]),
     "function_call": ("none", "auto"),
     "audio": (None, {"voice": "alloy", "format": "wav"}),

@@ -38,8 +38,10 @@ def test_a_format_round_trips_on_the_wire_in_the_schemas_own_order() -> None:
 @pytest.mark.parametrize(
     ("given", "why"),
     [
-        ({"type": "json_schema"}, "only then"),
-        ({"type": "json_object", "json_schema": "{}"}, "only then"),
+        ({"type": "json_schema"}, "json_schema is given with"),
+        ({"type": "json_object", "json_schema": "{}"}, "json_schema is given with"),
+        ({"type": "tool_calls", "json_schema": "{}"}, "tool_choice is given"),
+        ({"type": "json_schema", "json_schema": "{}", "tool_choice": "auto"}, "tool_choice"),
         ({"type": "json_schema", "json_schema": "[1]"}, "not a JSON object"),
         ({"type": "json_schema", "json_schema": {"type": "frob"}}, "cannot be enforced"),
         ({"type": "json_schema", "json_schema": {"pattern": "(?<=a)b"}}, "cannot be enforced"),

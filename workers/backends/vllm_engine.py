@@ -93,10 +93,13 @@ def sampling_kwargs(params: Sampling) -> dict[str, Any]:
 
 def structured_kwargs(params: Sampling) -> dict[str, Any]:
     """A row's response format as vLLM's ``StructuredOutputsParams`` keywords: the schema
-    itself (``json``), or any JSON object (``json_object``)."""
+    itself (``json``), any JSON object (``json_object``), or tool calls as their Lark grammar
+    (``grammar``: vLLM's guidance backend reads llguidance's Lark)."""
     fmt = getattr(params, "response_format", None)
     if fmt is None:
         return {}
+    if fmt.type == "tool_calls":
+        return {"structured_outputs": {"grammar": fmt.grammar()}}
     if fmt.type == "json_schema" and fmt.json_schema is not None:
         return {"structured_outputs": {"json": json.loads(fmt.json_schema)}}
     return {"structured_outputs": {"json_object": True}}

@@ -17,17 +17,19 @@ from typing import Any, TypeVar
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from headrace.gateway.api import KeyPriority, Tenant, api_error
+from headrace.config.settings import Settings
+from headrace.gateway.api import ApiError, KeyPriority, Tenant, api_error
+from headrace.jobs.openai_answers import generation_body, usage_of, usage_of_all
 from headrace.jobs.openai_bodies import (
     ChatCompletionCreate,
     CompletionCreate,
     Sampling,
-    generation_body,
-    usage_of,
-    usage_of_all,
 )
+from headrace.jobs.openai_tools import tool_calls_of
+from headrace.models.chat_format import tools_refused
+from headrace.models.registry import resolve
 from headrace.producers.client import Client
-from headrace.schemas.errors import HeadraceError, InvalidRequestError
+from headrace.schemas.errors import HeadraceError, InvalidRequestError, UnknownModelError
 from headrace.schemas.messages import GenerationResult
 from headrace.schemas.params import Priority
 
@@ -39,7 +41,7 @@ def _sse(chunk: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
+def completions_router(settings: Settings, client_for: Callable[[str], Client]) -> APIRouter:
     router = APIRouter()
 
     async def run(
@@ -97,35 +99,73 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=False)
 
-        def choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
-            return {"text": text, "index": index, "finish_reason": finish}
+        def piece(index: int, text: str) -> dict[str, Any]:
+            return {"text": text, "index": index, "finish_reason": None}
+
+        def end(index: int, result: GenerationResult) -> list[dict[str, Any]]:
+            return [{"text": "", "index": index, "finish_reason": result.finish_reason}]
 
         chunk = {**head, "object": "text_completion"}
-        return _streamed(out, chunk, body, choice, [])
+        return _streamed(out, chunk, body, piece, end, [])
 
     @router.post("/v1/chat/completions")
     async def chat(tenant: Tenant, priority: KeyPriority, body: ChatCompletionCreate) -> Any:
         try:
             prompt = body.prompt()
-        except InvalidRequestError as exc:
+            if body.tool_fields().asked():
+                refused = tools_refused(resolve(settings, body.model).chat_template)
+                if refused:
+                    raise ApiError(400, f"tools: {refused}", "invalid_value", param="tools")
+        except (InvalidRequestError, UnknownModelError) as exc:
             raise api_error(exc) from exc
         rid, out = await run(tenant, prompt, body, body.priority(priority))
         head = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": body.model}
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=True)
-
-        def choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
-            delta = {"content": text} if finish is None else {}
-            return {"index": index, "delta": delta, "finish_reason": finish}
-
+        held = HeldCalls(rid, body.n, hold=body.tool_fields().asked())
         chunk = {**head, "object": "chat.completion.chunk"}
         roles = [
             {"index": i, "delta": {"role": "assistant"}, "finish_reason": None}
             for i in range(body.n)
         ]
-        return _streamed(out, chunk, body, choice, roles)
+        return _streamed(out, chunk, body, held.piece, held.end, roles)
 
     return router
+
+
+class HeldCalls:
+    """A streamed chat's deltas. A choice that may call tools has its text held while it
+    may still be a call (empty, or opening with ``<``): text goes out as it comes once it
+    cannot be one, and calls go out whole at the choice's end, as one ``tool_calls`` delta
+    (OpenAI's shape: each call's id, name and arguments)."""
+
+    def __init__(self, request_id: str, n: int, *, hold: bool) -> None:
+        self._rid = request_id
+        self._n = n
+        self._held: dict[int, str] = {}
+        self._passing: set[int] = set() if hold else set(range(n))
+
+    def piece(self, index: int, text: str) -> dict[str, Any] | None:
+        if index not in self._passing:
+            text = self._held.get(index, "") + text
+            if not text or text.startswith("<"):
+                self._held[index] = text
+                return None
+            self._held.pop(index, None)
+            self._passing.add(index)
+        return {"index": index, "delta": {"content": text}, "finish_reason": None}
+
+    def end(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
+        rid = self._rid if self._n == 1 else f"{self._rid}-{index}"
+        calls = tool_calls_of(rid, result)
+        held = self._held.pop(index, "")
+        out: list[dict[str, Any]] = []
+        if calls is not None:
+            deltas = [{"index": k, **call} for k, call in enumerate(calls)]
+            out.append({"index": index, "delta": {"tool_calls": deltas}, "finish_reason": None})
+        elif held:  # a call cut short by max_tokens: the text as it is
+            out.append({"index": index, "delta": {"content": held}, "finish_reason": None})
+        return [*out, {"index": index, "delta": {}, "finish_reason": result.finish_reason}]
 
 
 Indexed = tuple[int, str | GenerationResult]
@@ -136,13 +176,14 @@ def _streamed(
     out: AsyncIterator[Indexed],
     chunk: dict[str, Any],
     body: Sampling,
-    choice: Callable[[int, str, str | None], dict[str, Any]],
+    piece: Callable[[int, str], dict[str, Any] | None],
+    end: Callable[[int, GenerationResult], list[dict[str, Any]]],
     first: list[dict[str, Any]],
 ) -> StreamingResponse:
     """The SSE response of a streamed completion or chat: ``first`` choices (a chat's roles),
-    then one chunk per piece of text and one per choice's end (``choice(index, text,
-    finish_reason)`` shapes them; its usage too when there is one choice), OpenAI's usage
-    chunk when asked for, and ``[DONE]``."""
+    then one chunk per piece of text (``piece`` shapes it; None: held back) and the chunks
+    of each choice's end (``end``: the last has its finish reason, and its usage when there
+    is one choice), OpenAI's usage chunk when asked for, and ``[DONE]``."""
 
     async def events() -> AsyncIterator[bytes]:
         for opening in first:
@@ -150,11 +191,16 @@ def _streamed(
         ended: list[GenerationResult] = []
         async for index, event in _closing(out):
             if isinstance(event, str):
-                yield _sse({**chunk, "choices": [choice(index, event, None)]})
+                shaped = piece(index, event)
+                if shaped is not None:
+                    yield _sse({**chunk, "choices": [shaped]})
                 continue
             ended.append(event)
+            *before, last = end(index, event)
+            for choice in before:
+                yield _sse({**chunk, "choices": [choice]})
             usage = {"usage": usage_of(event)} if body.n == 1 else {}
-            yield _sse({**chunk, "choices": [choice(index, "", event.finish_reason)], **usage})
+            yield _sse({**chunk, "choices": [last], **usage})
         if body.include_usage and ended:  # OpenAI's last chunk: no choices, the usage
             yield _sse({**chunk, "choices": [], "usage": usage_of_all(ended)})
         yield _sse("[DONE]")

@@ -20,13 +20,13 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from headrace.jobs.openai_answers import generation_body
 from headrace.jobs.openai_bodies import (
     CHAT_URL,
     COMPLETIONS_URL,
     ChatCompletionCreate,
     CompletionCreate,
     explain,
-    generation_body,
 )
 from headrace.schemas.errors import ErrorCode, ErrorInfo, InvalidRequestError
 from headrace.schemas.messages import EmbeddingResult, GenerationResult

@@ -10,8 +10,6 @@ OpenAI does not have is a 400 too. docs/gateway.md has the table.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,13 +21,18 @@ from pydantic import (
     field_validator,
 )
 
+from headrace.jobs.openai_tools import (
+    MAX_TOOLS,
+    ChatMessage,
+    ToolChoiceField,
+    ToolDef,
+    Tools,
+)
 from headrace.schemas.errors import InvalidRequestError
-from headrace.schemas.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
-from headrace.schemas.messages import GenerationResult
+from headrace.schemas.logprobs import MAX_TOP_LOGPROBS
 from headrace.schemas.params import Priority
 from headrace.schemas.response_format import ResponseFormat
-from headrace.sessions.prompt import render_prompt
-from headrace.sessions.store import Turn
+from headrace.sessions.prompt import transcript
 
 COMPLETIONS_URL = "/v1/completions"
 CHAT_URL = "/v1/chat/completions"
@@ -46,10 +49,11 @@ NOT_SERVED = {
     "top_logprobs": "0 to 20, with logprobs true",
     "response_format": '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
     '"json_schema": {"name": ..., "schema": {...}}}',
-    "tools": "tool calls are not served yet: leave tools out or []",
-    "tool_choice": 'tool calls are not served yet: leave tool_choice out or "none"',
-    "functions": "function calls are not served: leave functions out",
-    "function_call": 'function calls are not served: leave function_call out or "none"',
+    "tools": "functions, each with a JSON Schema of its parameters",
+    "tool_choice": '"none", "auto", "required" or {"type": "function", "function": {"name"}} '
+    "naming one of tools; not with a response_format",
+    "functions": "the deprecated form of tools: use tools",
+    "function_call": 'the deprecated form of tool_choice: use tool_choice (or "none")',
     "audio": "audio output is not served",
     "modalities": 'text is the only output: leave modalities out or ["text"]',
     "prediction": "predicted outputs are not served",
@@ -216,11 +220,6 @@ class CompletionCreate(Sampling):
         return super().params() | {"logprobs": self.logprobs}
 
 
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
 class ChatCompletionCreate(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
@@ -228,13 +227,13 @@ class ChatCompletionCreate(Sampling):
     metadata: dict[str, str] | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
-    parallel_tool_calls: bool | None = None
-    # accepted only at the value that asks for nothing (NOT_SERVED says why)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormats | None = None  # served: structured output
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
-    tool_choice: Literal["none"] | None = None
+    tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)  # served: calls
+    tool_choice: ToolChoiceField | None = Field(default=None, validate_default=True)
+    parallel_tool_calls: bool | None = None
+    # accepted only at the value that asks for nothing (NOT_SERVED says why)
     functions: list[dict[str, Any]] | None = Field(default=None, max_length=0)
     function_call: Literal["none"] | None = None
     audio: None = None
@@ -255,6 +254,37 @@ class ChatCompletionCreate(Sampling):
             raise ValueError("only with logprobs true")
         return value
 
+    @field_validator("tools")
+    @classmethod
+    def _tools_fit(cls, value: list[ToolDef] | None) -> list[ToolDef] | None:
+        names = [t.function.name for t in value or []]
+        if len(set(names)) != len(names):
+            raise ValueError("each function has a name of its own")
+        for tool in value or []:
+            problem = tool.function.parameters_problem()
+            if problem:
+                raise ValueError(f"function {tool.function.name!r}: {problem}")
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_fits(cls, value: Any, info: ValidationInfo) -> Any:
+        tools = Tools(tools=info.data.get("tools"), tool_choice=value)
+        problem = tools.choice_problem()
+        if problem:
+            raise ValueError(problem)
+        fmt = info.data.get("response_format")
+        if tools.asked() and fmt is not None and not isinstance(fmt, TextFormat):
+            raise ValueError("not with a response_format (tool_choice none: the format)")
+        return value
+
+    def tool_fields(self) -> Tools:
+        return Tools(
+            tools=self.tools,
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+        )
+
     def priority(self, key_default: Priority) -> Priority:
         """The request's class: ``service_tier`` "priority" is ``interactive`` and "flex"
         ``sheddable`` (refused first under overload, as OpenAI's flex tier may be); "auto",
@@ -262,93 +292,22 @@ class ChatCompletionCreate(Sampling):
         return TIERS.get(self.service_tier or "auto", key_default)
 
     def prompt(self) -> str:
-        *history, last = self.messages
-        if last.role != "user":
-            raise InvalidRequestError("the last message must be the user's")
-        return render_prompt([Turn(role=m.role, content=m.content) for m in history], last.content)
+        """The transcript: the tools (if any), each message, then the assistant's turn."""
+        if self.messages[-1].role not in ("user", "tool"):
+            raise InvalidRequestError("the last message must be the user's or a tool's")
+        tools = self.tool_fields().line()
+        try:
+            lines = [m.line() for m in self.messages]
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        return transcript([tools, *lines] if tools else lines)
 
     def params(self) -> dict[str, Any]:
         out = super().params()
         if self.max_completion_tokens is not None:
             out["max_tokens"] = self.max_completion_tokens
-        out["response_format"] = wire_format(self.response_format)
+        out["response_format"] = self.tool_fields().response_format() or wire_format(
+            self.response_format
+        )
         out["logprobs"] = (self.top_logprobs or 0) if self.logprobs else None
         return out
-
-
-def usage_of(result: GenerationResult) -> dict[str, int]:
-    return usage_of_all([result])
-
-
-def usage_of_all(results: Sequence[GenerationResult]) -> dict[str, int]:
-    """The usage of ``n`` choices of one prompt: the prompt once, every choice's tokens."""
-    prompt = results[0].usage.prompt_tokens
-    completion = sum(r.usage.completion_tokens for r in results)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-
-
-def generation_body(
-    request_id: str,
-    model: str,
-    result: GenerationResult | Sequence[GenerationResult],
-    *,
-    chat: bool,
-) -> dict[str, Any]:
-    """The response body of a completion (``text_completion``) or a chat completion; one
-    choice per result, in order (``n``)."""
-    results = [result] if isinstance(result, GenerationResult) else list(result)
-    head = {"created": int(time.time()), "model": model, "usage": usage_of_all(results)}
-    if chat:
-        choices: list[dict[str, Any]] = [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": r.text},
-                "logprobs": chat_logprobs(r.logprobs),
-                "finish_reason": r.finish_reason,
-            }
-            for i, r in enumerate(results)
-        ]
-        return {
-            "id": f"chatcmpl-{request_id}",
-            "object": "chat.completion",
-            **head,
-            "choices": choices,
-        }
-    choices = [
-        {
-            "text": r.text,
-            "index": i,
-            "logprobs": completion_logprobs(r.logprobs),
-            "finish_reason": r.finish_reason,
-        }
-        for i, r in enumerate(results)
-    ]
-    return {"id": f"cmpl-{request_id}", "object": "text_completion", **head, "choices": choices}
-
-
-def chat_logprobs(logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:
-    """OpenAI's chat ``logprobs``: ``content``, one entry per token."""
-    if logprobs is None:
-        return None
-    return {"content": [lp.model_dump() for lp in logprobs], "refusal": None}
-
-
-def completion_logprobs(logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:
-    """OpenAI's legacy completions ``logprobs``: parallel lists, the alternatives as
-    token -> logprob maps, and each token's character offset in the text."""
-    if logprobs is None:
-        return None
-    offsets, at = [], 0
-    for lp in logprobs:
-        offsets.append(at)
-        at += len(lp.token)
-    return {
-        "tokens": [lp.token for lp in logprobs],
-        "token_logprobs": [lp.logprob for lp in logprobs],
-        "top_logprobs": [{t.token: t.logprob for t in lp.top_logprobs} for lp in logprobs],
-        "text_offset": offsets,
-    }

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
+from headrace.models.chat_format import detect_chat_template
 from headrace.models.sources import kind_of, list_local
 from headrace.models.weights import tensors
 from headrace.schemas.errors import ChecksumMismatchError, ModelSourceError
@@ -120,6 +121,7 @@ def describe(
         max_tokens=max_tokens or detect_max_tokens(config, folder),
         files=hash_files(folder),
         label=label,
+        chat_template=detect_chat_template(folder),
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headrace.models.catalog import ModelCatalog, RegisteredVersion
+from headrace.models.chat_format import ChatTemplate, detect_chat_template
 from headrace.models.manifest import verify
 from headrace.models.sources import FetchStats, fetch, local_folder, parse_source
 from headrace.models.traffic import TrafficPolicy, assign
@@ -52,6 +53,14 @@ class ModelSpec:
     @property
     def ref(self) -> str:
         return f"{self.name}:{self.version}"
+
+    @property
+    def chat_template(self) -> ChatTemplate:
+        """Its own chat template, as its manifest recorded it (a built-in: read from its
+        folder, which is on every machine)."""
+        if self.manifest is not None:
+            return self.manifest.chat_template
+        return detect_chat_template(self.path)
 
 
 def _minilm() -> ModelSpec:

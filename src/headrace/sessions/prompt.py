@@ -7,13 +7,20 @@ come from the request id, so a redelivered batch appends nothing twice.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from headrace.sessions.store import Turn
 
 
 def render_prompt(history: list[Turn], user_input: str) -> str:
-    lines = [f"{t.role}: {t.content}" for t in history]
-    lines += [f"user: {user_input}", "assistant:"]
-    return "\n".join(lines)
+    return transcript([(t.role, t.content) for t in history] + [("user", user_input)])
+
+
+def transcript(lines: Sequence[tuple[str, str]]) -> str:
+    """``role: content`` lines, then ``assistant:`` for the model to go on from. A chat with
+    tools has them as a ``tools:`` line first, and ``tool:`` lines for their results
+    (``schemas.tool_calls`` has how a call is written)."""
+    return "\n".join([*(f"{role}: {content}" for role, content in lines), "assistant:"])
 
 
 def exchange(request_id: str, user_input: str, answer: str) -> list[Turn]:

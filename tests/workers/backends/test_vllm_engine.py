@@ -18,6 +18,7 @@ import pytest
 from headrace.config.settings import Settings
 from headrace.schemas.params import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
+from headrace.schemas.tool_calls import call_schema
 from headrace.workers.backends.base import EncodedItem, Shape
 from headrace.workers.backends.vllm_engine import VLLMBackend, sampling_kwargs, vllm_logprobs
 
@@ -180,6 +181,11 @@ def test_a_response_format_goes_to_vllm_as_its_structured_outputs() -> None:
     as_object = GenerateParams(response_format=ResponseFormat(type="json_object"))
     assert sampling_kwargs(as_object)["structured_outputs"] == {"json_object": True}
     assert "structured_outputs" not in sampling_kwargs(GenerateParams())
+    calls = ResponseFormat(
+        type="tool_calls", json_schema=call_schema([("f", None)]), tool_choice="required"
+    )
+    grammar = sampling_kwargs(GenerateParams(response_format=calls))["structured_outputs"]
+    assert grammar == {"grammar": calls.grammar()} and "%json" in grammar["grammar"]
 
 
 def test_logprobs_go_to_vllm_and_come_back_as_the_sampled_tokens_with_their_best_ranked() -> None:
