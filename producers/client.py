@@ -50,14 +50,14 @@ from headrace.consumers.replies import ReplyListener
 from headrace.health.tracing import headers_of, submitting
 from headrace.limits.gate import Gate
 from headrace.models.registry import resolve, serving_version
-from headrace.models.tokenizer import count_with, tokenizer_of
+from headrace.models.tokenizer import tokenizer_of
 from headrace.producers.generation import GenerationMixin
+from headrace.producers.inputs import Given, bounded, counted, token_ids
 from headrace.producers.resend import Resender, Unanswered
 from headrace.producers.submission import Submission, embedding_of
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
-    EmptyInputError,
     InputTooLongError,
     InvalidRequestError,
     RequestTooLargeError,
@@ -76,9 +76,6 @@ log = logging.getLogger(__name__)
 
 # Envelope bytes a request's JSON adds to its text (ids, topic, times), generously rounded up.
 ENVELOPE_BYTES = 2048
-# A text longer than this many characters per token of its limit is refused (or cut) before
-# it is tokenized: no tokenizer's token is longer than a few dozen characters of real text.
-CHARS_PER_TOKEN_MAX = 64
 
 
 class Client(GenerationMixin):
@@ -152,7 +149,7 @@ class Client(GenerationMixin):
     # --- building requests ---------------------------------------------------------------------
     def prepare(
         self,
-        texts: Sequence[str],
+        texts: Sequence[Given],
         *,
         model: str | None = None,
         request_ids: Sequence[str] | None = None,
@@ -168,7 +165,8 @@ class Client(GenerationMixin):
         priority: Priority = "default",
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
-        ``InvalidRequestError`` subclass naming the first bad text. ``generation``: the
+        ``InvalidRequestError`` subclass naming the first bad text. An embedding's input
+        may be token ids of the model's tokenizer, embedded as given. ``generation``: the
         texts are prompts of a generation model (bucketed by prompt length).
         ``routing_key``: under a split sticky by key, requests with the same key are served
         by the same model version."""
@@ -182,11 +180,14 @@ class Client(GenerationMixin):
         # a prompt leaves room for at least one generated token
         limit = min(spec.max_tokens - (generation is not None), self.settings.buckets[-1])
         cut = generation.truncate if generation is not None else truncate
-        texts = [
-            self._bounded(i, text, limit, cut, keep_end=generation is not None)
-            for i, text in enumerate(texts)
-        ]
         tokenizer = tokenizer_of(spec, self.settings)
+        given = token_ids(texts, tokenizer, model)
+        if generation is not None and any(g is not None for g in given):
+            raise InvalidRequestError("a prompt is text: token ids are an embedding's input")
+        inputs = [
+            "" if ids is not None else bounded(i, str(text), limit, cut, generation is not None)
+            for i, (text, ids) in enumerate(zip(texts, given, strict=True))
+        ]
         if generation is not None and generation.logit_bias:
             vocab = tokenizer.get_vocab_size()
             bad = next((t for t, _ in generation.logit_bias if t >= vocab), None)
@@ -194,7 +195,7 @@ class Client(GenerationMixin):
                 raise InvalidRequestError(
                     f"logit_bias: token id {bad} is not in {model}'s vocabulary (0..{vocab - 1})"
                 )
-        counts = count_with(tokenizer, texts)
+        counts = counted(tokenizer, inputs, given)
         now = datetime.now(UTC)
         deadline = now + timedelta(seconds=timeout_s) if timeout_s is not None else None
         params: EmbedParams | GenerateParams = generation or EmbedParams(
@@ -211,7 +212,7 @@ class Client(GenerationMixin):
                 )
             directive = CacheDirective(entry_class=cache_class, tags=list(tags))
         out = []
-        for i, (text, tokens) in enumerate(zip(texts, counts, strict=True)):
+        for i, (text, tokens) in enumerate(zip(inputs, counts, strict=True)):
             if tokens > limit:
                 if not params.truncate:
                     raise InputTooLongError(
@@ -224,6 +225,7 @@ class Client(GenerationMixin):
                 model=model,
                 task=task,
                 input=text,
+                input_ids=given[i],
                 params=params,
                 reply_to=self.reply_topic,
                 deadline=deadline,
@@ -235,8 +237,10 @@ class Client(GenerationMixin):
                 vector_encoding=vector_encoding,
                 priority=priority,
             )
-            # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare)
-            if len(text) * 6 + ENVELOPE_BYTES > self.settings.max_request_bytes:
+            # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare); a
+            # token id at most 11 (ten digits and a comma)
+            most = len(text) * 6 + len(given[i] or ()) * 11 + ENVELOPE_BYTES
+            if most > self.settings.max_request_bytes:
                 size = len(request.model_dump_json())
                 if size > self.settings.max_request_bytes:
                     raise RequestTooLargeError(
@@ -245,23 +249,6 @@ class Client(GenerationMixin):
                     )
             out.append((request, bucket_for(tokens, self.settings.buckets)))
         return out
-
-    def _bounded(self, i: int, text: str, limit: int, cut: bool, keep_end: bool) -> str:
-        """``text``, refused before it is tokenized when it cannot fit: empty, or past
-        ``limit`` tokens of ``CHARS_PER_TOKEN_MAX`` characters each (cut to that where
-        ``cut``: its end for a prompt, its start for an embedding). Tokenizing a 40 MB
-        string took 25 s."""
-        if not text.strip():
-            raise EmptyInputError(f"text {i} is empty")
-        chars = limit * CHARS_PER_TOKEN_MAX
-        if len(text) <= chars:
-            return text
-        if cut:
-            return text[-chars:] if keep_end else text[:chars]
-        raise InputTooLongError(
-            f"text {i} has {len(text)} characters: more than {limit} tokens can hold "
-            f"(at most {CHARS_PER_TOKEN_MAX} characters a token); pass truncate=True to cut it"
-        )
 
     def _count_hit(self, tenant: str) -> None:
         if self._usage is None:
@@ -377,7 +364,7 @@ class Client(GenerationMixin):
         with self._produce_lock:
             self._producer.flush()
 
-    def submit_many(self, texts: Sequence[str], **options: object) -> list[Submission]:
+    def submit_many(self, texts: Sequence[Given], **options: object) -> list[Submission]:
         prepared = self.prepare(texts, **options)  # type: ignore[arg-type]
         submissions = [self.send(request, bucket) for request, bucket in prepared]
         self.flush()
@@ -388,16 +375,17 @@ class Client(GenerationMixin):
         return self.submit_many([text], request_ids=ids, **options)[0]
 
     def embed(
-        self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
+        self, texts: Sequence[Given], *, wait_s: float = 120.0, **options: object
     ) -> list[list[float]]:
-        """Embeddings of ``texts`` in order; raises RequestFailedError on an error reply.
-        (They travel as float32 bytes: ``vector_encoding`` base64.)"""
+        """Embeddings of ``texts`` in order (each a text, or token ids of the model's
+        tokenizer embedded as given); raises RequestFailedError on an error reply. (They
+        travel as float32 bytes: ``vector_encoding`` base64.)"""
         options.setdefault("vector_encoding", "base64")
         submissions = self.submit_many(texts, **options)
         return [embedding_of(s.result(wait_s)) for s in submissions]
 
     async def aembed(
-        self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
+        self, texts: Sequence[Given], *, wait_s: float = 120.0, **options: object
     ) -> list[list[float]]:
         options.setdefault("vector_encoding", "base64")
         submissions = await asyncio.to_thread(self.submit_many, texts, **options)

@@ -29,6 +29,7 @@ from headrace.schemas.tenants import TenantName
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_INPUT_CHARS = 1_000_000  # a hard byte-ish ceiling; the token limit is the model's
+MAX_INPUT_IDS = 131_072  # the same for an input given as token ids
 
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+=-]+$")
@@ -65,6 +66,18 @@ class Request(_Message):
     model: Identifier
     task: Literal["embed", "generate"] = "embed"
     input: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    input_ids: Annotated[
+        list[Annotated[int, Field(ge=0)]] | None,
+        Field(
+            min_length=1,
+            max_length=MAX_INPUT_IDS,
+            description=(
+                "An embed request's input as token ids of the model's tokenizer, embedded as "
+                "given (not decoded): its special tokens go around them as around a text's. "
+                "With input_ids, input is empty."
+            ),
+        ),
+    ] = None
     params: EmbedParams | GenerateParams = EmbedParams()
     reply_to: Annotated[
         str,
@@ -168,6 +181,8 @@ class Request(_Message):
                 raise ValueError(f"a {self.task} request takes {wanted.__name__}")
         if self.session_id is not None and self.task != "generate":
             raise ValueError("session_id is for generate requests")
+        if self.input_ids is not None and (self.task != "embed" or self.input):
+            raise ValueError("input_ids are an embed request's input, with input empty")
         return self
 
 

@@ -32,6 +32,18 @@ def reference_embeddings(texts: list[str]) -> torch.Tensor:
     return torch.stack(rows)
 
 
+def reference_of_ids(rows: list[list[int]]) -> torch.Tensor:
+    """The same, of inputs given as token ids: [CLS], the ids, [SEP], nothing decoded."""
+    tokenizer, model = _model()
+    out = []
+    with torch.inference_mode():
+        for row in rows:
+            ids = torch.tensor([[tokenizer.cls_token_id, *row, tokenizer.sep_token_id]])
+            hidden = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+            out.append(torch.nn.functional.normalize(hidden.mean(1), dim=1)[0])
+    return torch.stack(out)
+
+
 def cosines(a: list[list[float]], b: torch.Tensor) -> list[float]:
     got = torch.tensor(a)
     return torch.nn.functional.cosine_similarity(got, b, dim=1).tolist()

@@ -44,6 +44,7 @@ from headrace.workers.backends.base import (
     Generated,
     GenerativeBackend,
     Logprob,
+    ModelBackend,
     OnFinished,
 )
 from headrace.workers.batch_context import BatchContext
@@ -84,6 +85,41 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     return delivery.end(replies, already, deferred)
 
 
+def given_ids_fit(
+    items: list[BatchItem], backend: ModelBackend, replies: list[tuple[BatchItem, Reply]]
+) -> list[BatchItem]:
+    """``items`` but those whose input is token ids this backend cannot take (not an
+    encoder's, or not in its vocabulary): each answered in ``replies`` with why."""
+    kept = []
+    for item in items:
+        ids = item.request.input_ids
+        if ids is None:
+            kept.append(item)
+            continue
+        if backend.task != "embed":
+            why = f"{backend.name} takes no input given as token ids"
+        elif max(ids) >= (vocab := cast(Backend, backend).vocab_size):
+            why = f"token id {max(ids)} is not in the model's vocabulary (0..{vocab - 1})"
+        else:
+            kept.append(item)
+            continue
+        replies.append((item, failure(item, ErrorInfo(code=ErrorCode.invalid_schema, message=why))))
+    return kept
+
+
+def encode(backend: ModelBackend, items: list[BatchItem], prompts: list[str]) -> list[EncodedItem]:
+    """Each item's input encoded: its text (``prompts``), or its token ids as given."""
+    truncate = [i.request.params.truncate for i in items]
+    encoded = backend.encode(prompts, truncate)
+    given = [k for k, i in enumerate(items) if i.request.input_ids is not None]
+    if given:
+        rows = [list(items[k].request.input_ids or []) for k in given]
+        as_given = cast(Backend, backend).encode_ids(rows, [truncate[k] for k in given])
+        for k, enc in zip(given, as_given, strict=True):
+            encoded[k] = enc
+    return encoded
+
+
 def _prompt(request: Request, ctx: BatchContext) -> str:
     """The text to encode: the input, after its session's history for a session turn."""
     if request.session_id is None or ctx.sessions is None:
@@ -109,10 +145,13 @@ def answer(
             replies.append((item, failure(item, problem)))
     if not admitted:
         return replies
+    admitted = given_ids_fit(admitted, backend, replies)
+    if not admitted:
+        return replies
     prompts = [_prompt(i.request, ctx) for i in admitted]
     with ctx.model_turn:
         started = ctx.clock()  # compute time counts tokenisation and the forward pass
-        encoded = backend.encode(prompts, [i.request.params.truncate for i in admitted])
+        encoded = encode(backend, admitted, prompts)
         runnable: list[tuple[BatchItem, EncodedItem]] = []
         for item, enc in zip(admitted, encoded, strict=True):
             if enc.too_long:

@@ -112,6 +112,13 @@ class FaultyBackend:
         self._stalling = {id(i) for t, i in zip(texts, items, strict=True) if _has(t, self.stall)}
         return items
 
+    def encode_ids(self, rows: list[list[int]], truncate: list[bool]) -> list[EncodedItem]:
+        return cast(Backend, self.inner).encode_ids(rows, truncate)
+
+    @property
+    def vocab_size(self) -> int:
+        return cast(Backend, self.inner).vocab_size
+
     def embed(self, items: list[EncodedItem], normalize: list[bool]) -> tuple[Vectors, int, int]:
         self._inject(items)
         return cast(Backend, self.inner).embed(items, normalize)

@@ -8,11 +8,11 @@ from headrace.cache.requests import cacheable
 from headrace.schemas.messages import GenerationResult, Request, Usage
 from headrace.schemas.params import EmbedParams, GenerateParams
 
-BASE = ("acme", "all-MiniLM-L6-v2", "v1", "embed", "a red bicycle", EmbedParams())
+BASE = ("acme", "all-MiniLM-L6-v2", "v1", "embed", "a red bicycle", EmbedParams(), None)
 
 
 def key(**changes: object) -> str:
-    names = ["tenant", "model", "model_version", "task", "text", "params"]
+    names = ["tenant", "model", "model_version", "task", "text", "params", "input_ids"]
     args = dict(zip(names, BASE, strict=True))
     args.update(changes)
     return cache_key(**args)  # type: ignore[arg-type]
@@ -29,6 +29,8 @@ def test_every_part_of_the_request_changes_the_key() -> None:
         key(text="a blue bicycle"),
         key(params=EmbedParams(normalize=False)),
         key(params=EmbedParams(truncate=True)),
+        key(text="", input_ids=[2, 3]),  # an input given as token ids is keyed by them
+        key(text="", input_ids=[3, 2]),
     ]
     assert base not in variants
     assert len(set(variants)) == len(variants)

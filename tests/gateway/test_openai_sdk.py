@@ -23,6 +23,7 @@ from tests.disk import fill, small_disk
 from tests.eventually import eventually
 from tests.gateway.gateway_proc import running_gateway
 from tests.integration.topics import read_topic
+from tests.reference import reference_of_ids
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -103,6 +104,12 @@ def test_embeddings_with_the_sdks_defaults(client: openai.OpenAI) -> None:
     for got, want in ((by_ids.data[0], floats.data[0]), (single.data[0], floats.data[0])):
         assert max(abs(x - y) for x, y in zip(got.embedding, want.embedding, strict=True)) < 1e-4
     assert by_ids.usage.prompt_tokens == default.usage.prompt_tokens
+    vocab = tokenizer_for(MODEL).get_vocab()  # "wa" "##ter": "water" decoded, not its ids
+    split = [vocab["a"], vocab["wa"], vocab["##ter"]]
+    as_given = client.embeddings.create(model=MODEL, input=[split], encoding_format="float")
+    want = reference_of_ids([split])[0].tolist()
+    assert max(abs(x - y) for x, y in zip(as_given.data[0].embedding, want, strict=True)) < 1e-4
+    assert as_given.usage.prompt_tokens == len(split) + 2  # [CLS] and [SEP] around them
 
     with pytest.raises(openai.BadRequestError) as cut:
         client.embeddings.create(model=MODEL, input="a river", dimensions=128)

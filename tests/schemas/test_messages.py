@@ -39,6 +39,8 @@ def test_request_round_trips_as_json_with_schema_version() -> None:
     wire = json.loads(original.model_dump_json())
     assert wire["schema_version"] == 1
     assert Request.model_validate_json(original.model_dump_json()) == original
+    given = request(input="", input_ids=[101, 7, 102])
+    assert Request.model_validate_json(given.model_dump_json()).input_ids == [101, 7, 102]
 
 
 @pytest.mark.parametrize(
@@ -51,6 +53,10 @@ def test_request_round_trips_as_json_with_schema_version() -> None:
         {"unexpected": 1},
         {"token_count": -1},
         {"deadline": "2026-01-01T00:00:00"},  # naive datetimes are refused
+        {"input_ids": [1, 2]},  # token ids with an input text
+        {"input": "", "input_ids": []},
+        {"input": "", "input_ids": [-1]},
+        {"input": "", "input_ids": [1], "task": "generate"},  # a prompt is text
     ],
 )
 def test_request_rejects_bad_fields(bad: dict[str, object]) -> None:

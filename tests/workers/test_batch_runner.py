@@ -227,3 +227,34 @@ def test_a_request_asking_for_base64_gets_the_same_vector_as_float32_bytes(
         assert floats.embedding is not None and bytes_.embedding is None
         assert bytes_.embedding_base64 is not None
         assert bytes_.vector() == pytest.approx(floats.vector(), abs=1e-6)
+
+
+def test_inputs_given_as_token_ids_are_embedded_as_given_beside_texts(
+    backend: EmbeddingBackend,
+) -> None:
+    """In one batch: a text, its own token ids (the same vector), and ids outside the
+    vocabulary (answered invalid_schema alone)."""
+    prefix = "t-ids"
+    settings = Settings(topic_prefix=prefix)
+    sink, transport = memory_sink(settings)
+    ctx = BatchContext(backend=backend, ledger=MemoryLedger(), sink=sink)
+    own = backend.tokenizer.encode("a river runs", add_special_tokens=False).ids
+    batch = make_batch(prefix, ["a river runs"], MODEL)
+    given = make_batch(prefix, ["", ""], MODEL)
+    for item, ids in zip(given.items, [own, [5, backend.vocab_size]], strict=True):
+        item.request = item.request.model_copy(update={"input_ids": ids})
+    batch = batch.model_copy(update={"items": batch.items + given.items})
+    run_batch(batch, ctx)
+    replies = {
+        r.request_id: r
+        for r in (
+            Reply.model_validate_json(record.value)
+            for record in transport.scan(Topics(prefix).replies("runner"))
+        )
+    }
+    text, by_ids, outside = (replies[i.request.request_id] for i in batch.items)
+    assert isinstance(text.result, EmbeddingResult) and isinstance(by_ids.result, EmbeddingResult)
+    assert by_ids.result.vector() == pytest.approx(text.result.vector(), abs=1e-5)
+    assert by_ids.result.token_count == len(own) + 2
+    assert outside.error is not None and outside.error.code is ErrorCode.invalid_schema
+    assert str(backend.vocab_size) in outside.error.message

@@ -237,6 +237,13 @@ class ModelBackend(Protocol):
 class Backend(ModelBackend, Protocol):
     """An embedding backend."""
 
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode_ids(self, rows: list[list[int]], truncate: list[bool]) -> list[EncodedItem]:
+        """Inputs given as token ids, as given (the tokenizer's special tokens around)."""
+        ...
+
     def embed(self, items: list[EncodedItem], normalize: list[bool]) -> tuple[Vectors, int, int]:
         """Embeddings ([rows, dim]), real tokens and padded tokens of the batch (no
         too_long items)."""

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from headrace.models.tokenizer import load_tokenizer
 from headrace.workers.backends.base import EncodedItem, LoadTimings, Shape
-from headrace.workers.backends.embedding import encode_texts
+from headrace.workers.backends.embedding import EncoderInputs
 
 ECHO_DIM = 4
 
 
-class EchoBackend:
+class EchoBackend(EncoderInputs):
     task = "embed"
 
     def __init__(self, name: str, model_dir: Path, max_tokens: int) -> None:
@@ -40,9 +40,6 @@ class EchoBackend:
         ]
         self.embed(items, [True] * len(items))
         self.timings.warm_up_s = time.perf_counter() - start
-
-    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
-        return encode_texts(self.tokenizer, self.max_tokens, texts, truncate)
 
     def embed(
         self, items: list[EncodedItem], normalize: list[bool]

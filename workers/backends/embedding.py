@@ -14,7 +14,7 @@ import numpy.typing as npt
 import torch
 from tokenizers import Tokenizer
 
-from headrace.models.tokenizer import load_tokenizer
+from headrace.models.tokenizer import load_tokenizer, special_frame
 from headrace.workers.backends.base import (
     EncodedItem,
     LoadTimings,
@@ -37,17 +37,32 @@ def encode_texts(
 ) -> list[EncodedItem]:
     """Token ids per text; past ``max_tokens`` cut (keeping the closing [SEP]) where asked,
     else marked too long."""
-    items = []
-    for encoding, cut in zip(tokenizer.encode_batch(texts), truncate, strict=True):
-        ids = encoding.ids
-        if len(ids) <= max_tokens:
-            items.append(EncodedItem(ids=ids, token_count=len(ids)))
-        elif cut:
-            kept = ids[: max_tokens - 1] + ids[-1:]
-            items.append(EncodedItem(ids=kept, token_count=len(kept), truncated=True))
-        else:
-            items.append(EncodedItem(ids=[], token_count=len(ids), too_long=True))
-    return items
+    encoded = tokenizer.encode_batch(texts)
+    return [fit(e.ids, max_tokens, cut, 1) for e, cut in zip(encoded, truncate, strict=True)]
+
+
+def encode_ids(
+    tokenizer: Tokenizer, max_tokens: int, rows: list[list[int]], truncate: list[bool]
+) -> list[EncodedItem]:
+    """Inputs given as token ids, as given, between the special tokens the tokenizer puts
+    around a text's (``special_frame``); cut or marked too long as texts are."""
+    lead, trail = special_frame(tokenizer)
+    return [
+        fit(lead + row + trail, max_tokens, cut, len(trail))
+        for row, cut in zip(rows, truncate, strict=True)
+    ]
+
+
+def fit(ids: list[int], max_tokens: int, cut: bool, closing: int) -> EncodedItem:
+    """``ids`` as one input: past ``max_tokens``, cut (keeping the ``closing`` special
+    tokens, BERT's [SEP]) where asked, else marked too long."""
+    if len(ids) <= max_tokens:
+        return EncodedItem(ids=ids, token_count=len(ids))
+    if cut:
+        end = ids[len(ids) - closing :] if closing else []
+        kept = ids[: max_tokens - closing] + end
+        return EncodedItem(ids=kept, token_count=len(kept), truncated=True)
+    return EncodedItem(ids=[], token_count=len(ids), too_long=True)
 
 
 def padded_batch(
@@ -68,7 +83,25 @@ def padded_batch(
     return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64)), len(flat)
 
 
-class EmbeddingBackend:
+class EncoderInputs:
+    """An encoder's inputs: texts, or token ids as given, with ``self.tokenizer`` and cut
+    at ``self.max_tokens``."""
+
+    tokenizer: Tokenizer
+    max_tokens: int
+
+    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
+        return encode_texts(self.tokenizer, self.max_tokens, texts, truncate)
+
+    def encode_ids(self, rows: list[list[int]], truncate: list[bool]) -> list[EncodedItem]:
+        return encode_ids(self.tokenizer, self.max_tokens, rows, truncate)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.get_vocab_size())
+
+
+class EmbeddingBackend(EncoderInputs):
     """``pooling``: ``mean`` over the attention mask (sentence-transformers' recipe for
     MiniLM) or ``cls`` (the first token's state, e.g. BGE); ``normalize``: whether this model
     L2-normalises at all (a request asking for no normalising is never normalised)."""
@@ -135,8 +168,6 @@ class EmbeddingBackend:
         self.timings.warm_up_s = time.perf_counter() - start
 
     # --- the batch path -----------------------------------------------------------------
-    def encode(self, texts: list[str], truncate: list[bool]) -> list[EncodedItem]:
-        return encode_texts(self.tokenizer, self.max_tokens, texts, truncate)
 
     def embed(
         self, items: list[EncodedItem], normalize: list[bool]

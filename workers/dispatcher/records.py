@@ -95,11 +95,12 @@ class RecordsIn:
 
     def _counts(self, parsed: list[Request | Rejection]) -> list[int]:
         """Each request's tokens (0 for a rejection), counted together; if that raises, one
-        at a time, and a request whose count raises becomes a rejection in ``parsed``."""
+        at a time, and a request whose count raises becomes a rejection in ``parsed``. An
+        input given as token ids counts them and the special tokens of an empty text."""
         inputs = [p.input for p in parsed if isinstance(p, Request)]
         try:
             counted = iter(self.count_tokens(inputs) if inputs else [])
-            return [next(counted) if isinstance(p, Request) else 0 for p in parsed]
+            return [next(counted) + _given(p) if isinstance(p, Request) else 0 for p in parsed]
         except Exception:
             log.warning("counting %d requests together failed; one at a time", len(inputs))
         counts = []
@@ -108,7 +109,7 @@ class RecordsIn:
                 counts.append(0)
                 continue
             try:
-                counts.append(self.count_tokens([p.input])[0])
+                counts.append(self.count_tokens([p.input])[0] + _given(p))
             except Exception as exc:
                 message = f"its input could not be tokenized: {type(exc).__name__}"
                 parsed[k] = Rejection(
@@ -361,3 +362,8 @@ class RecordsIn:
             self._admit(held.request, ref, held.bucket, held.tokens, held.wall_time, None)
         elif held.pending is not None:
             self.flights.queue(held.bucket, [held.pending])
+
+
+def _given(request: Request) -> int:
+    """The token ids a request gives as its input (none: 0)."""
+    return len(request.input_ids) if request.input_ids is not None else 0

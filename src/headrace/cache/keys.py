@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Sequence
 
 from pydantic import BaseModel
 
@@ -20,11 +21,18 @@ def normalise_input(text: str) -> str:
 
 
 def cache_key(
-    tenant: str, model: str, model_version: str, task: str, text: str, params: BaseModel
+    tenant: str,
+    model: str,
+    model_version: str,
+    task: str,
+    text: str,
+    params: BaseModel,
+    input_ids: Sequence[int] | None = None,
 ) -> str:
     """An embedding's input is normalised (``normalise_input``); a prompt is the model's
-    input as it is, spaces and all. Whether a generation is streamed does not change it."""
-    doc = {
+    input as it is, spaces and all. Whether a generation is streamed does not change it.
+    An input given as token ids is keyed by them (a text's keys are as they were)."""
+    doc: dict[str, object] = {
         "tenant": tenant,
         "model": model,
         "model_version": model_version,
@@ -34,6 +42,8 @@ def cache_key(
             mode="json", exclude={"stream"} if task == "generate" else None
         ),
     }
+    if input_ids is not None:
+        doc["input_ids"] = list(input_ids)
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -13,7 +13,13 @@ from headrace.schemas.params import GenerateParams
 
 def request_key(request: Request, model_version: str) -> str:
     return cache_key(
-        request.tenant, request.model, model_version, request.task, request.input, request.params
+        request.tenant,
+        request.model,
+        model_version,
+        request.task,
+        request.input,
+        request.params,
+        request.input_ids,
     )
 
 

@@ -1,8 +1,9 @@
 """``POST /v1/embeddings`` as OpenAI serves it, through the pipeline.
 
-``input``: a string, a list of strings, a list of token ids or a list of such lists (ids are
-decoded with the model's own tokenizer and the text goes through the pipeline, which counts
-it again: ``usage`` is what the model saw). ``encoding_format``: ``float``, or ``base64``
+``input``: a string, a list of strings, a list of token ids or a list of such lists (ids of
+the model's own tokenizer, checked against its vocabulary and embedded as given, never
+decoded and tokenized again; ``usage`` counts what the model saw, its special tokens too).
+``encoding_format``: ``float``, or ``base64``
 (little-endian float32, as the official SDKs decode it; they ask for it by default).
 ``dimensions``: only the model's own size (an encoder not trained to be cut is not cut).
 """
@@ -41,7 +42,7 @@ class EmbeddingsCreate(BaseModel):
     user: str | None = None
 
 
-def _texts(body: EmbeddingsCreate, spec: ModelSpec, settings: Settings) -> list[str]:
+def _inputs(body: EmbeddingsCreate, spec: ModelSpec, settings: Settings) -> list[str | TokenIds]:
     raw = body.input
     if isinstance(raw, str):
         return [raw]
@@ -53,10 +54,10 @@ def _texts(body: EmbeddingsCreate, spec: ModelSpec, settings: Settings) -> list[
     if isinstance(first, str):
         return [t for t in raw if isinstance(t, str)]
     rows = [cast(TokenIds, raw)] if isinstance(first, int) else cast(list[TokenIds], raw)
-    return _decoded(rows, spec, settings)
+    return list(_checked(rows, spec, settings))
 
 
-def _decoded(rows: list[list[int]], spec: ModelSpec, settings: Settings) -> list[str]:
+def _checked(rows: list[TokenIds], spec: ModelSpec, settings: Settings) -> list[TokenIds]:
     tokenizer = tokenizer_of(spec, settings)
     vocab = tokenizer.get_vocab_size()
     for i, row in enumerate(rows):
@@ -68,7 +69,7 @@ def _decoded(rows: list[list[int]], spec: ModelSpec, settings: Settings) -> list
                 f"input[{i}]: token id {bad} is not in {spec.name}'s vocabulary (0..{vocab - 1})"
             )
             raise ApiError(400, message, "invalid_value", param="input")
-    return list(tokenizer.decode_batch(rows, skip_special_tokens=True))
+    return rows
 
 
 def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
@@ -94,7 +95,7 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
                 f"{body.dimensions}; omit dimensions or pass {size}"
             )
             raise ApiError(400, message, "invalid_value", param="dimensions")
-        texts = _texts(body, spec, client.settings)
+        texts = _inputs(body, spec, client.settings)
         submissions = []
         try:
             submissions = await asyncio.to_thread(

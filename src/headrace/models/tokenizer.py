@@ -50,6 +50,16 @@ def tokenizer_for(model: str) -> Tokenizer:
     return tokenizer_at(model_spec(model).path)
 
 
+def special_frame(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a text's own ([CLS] and
+    [SEP] for BERT's), which go around an input given as token ids too."""
+    encoding = tokenizer.encode("a")
+    own = [k for k, special in enumerate(encoding.special_tokens_mask) if not special]
+    if not own:
+        return list(encoding.ids), []
+    return list(encoding.ids[: own[0]]), list(encoding.ids[own[-1] + 1 :])
+
+
 def count_with(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
     """Tokens per text, special tokens included (what the model will see). Without offsets
     (``encode_batch_fast``, tokenizers >= 0.21): counting needs none."""

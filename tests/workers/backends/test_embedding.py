@@ -9,7 +9,7 @@ import torch
 
 from headrace.workers.backends.embedding import EmbeddingBackend
 from tests.models.loaded import loaded_minilm
-from tests.reference import cosines, reference_embeddings
+from tests.reference import cosines, reference_embeddings, reference_of_ids
 
 TEXTS = [
     "A cat sat on the mat.",
@@ -79,3 +79,23 @@ def test_a_batch_is_one_forward_pass_under_the_pulse(backend: EmbeddingBackend) 
     _, before = backend.pulse.read()
     backend.embed(backend.encode(TEXTS, [False] * len(TEXTS)), [True] * len(TEXTS))
     assert backend.pulse.read() == (0, before + 1)
+
+
+def test_token_ids_are_embedded_as_given_not_decoded(backend: EmbeddingBackend) -> None:
+    """ "wa" + "##ter" decodes to "water", one token when tokenized: the ids as given are
+    what the model sees, between [CLS] and [SEP], as plain transformers embeds them."""
+    vocab = backend.tokenizer.get_vocab()
+    split = [vocab["the"], vocab["wa"], vocab["##ter"], vocab["rises"]]
+    canonical = backend.tokenizer.encode("the water rises", add_special_tokens=False).ids
+    assert backend.tokenizer.decode(split) == "the water rises" and canonical != split
+    items = backend.encode_ids([split, canonical], [False, False])
+    assert items[0].ids == [101, *split, 102] and items[0].token_count == len(split) + 2
+    vectors, _, _ = backend.embed(items, [True, True])
+    assert min(cosines(vectors, reference_of_ids([split, canonical]))) >= 0.999
+    text = reference_embeddings(["the water rises"])
+    assert cosines(vectors[1:], text)[0] >= 0.999  # a text's own ids: the text's vector
+    assert cosines(vectors[:1], text)[0] < 0.99  # other ids: not the decoded text's vector
+    long_row = [vocab["wa"]] * 600
+    flagged, cut = backend.encode_ids([long_row, long_row], [False, True])
+    assert flagged.too_long and flagged.token_count == 602
+    assert cut.truncated and cut.ids[-1] == 102 and len(cut.ids) == backend.max_tokens

@@ -63,6 +63,18 @@ def test_a_request_longer_than_its_bucket_is_forwarded_as_it_was() -> None:
     assert rig.core.stats.forwarded == 1
 
 
+def test_an_input_given_as_token_ids_counts_them_and_the_special_tokens() -> None:
+    rig = Rig()
+    rig.workers()
+    given = rig.request("ids", bucket=16, hint=5, input="", input_ids=list(range(100, 120)))
+    [forward] = of(ev.Forward, rig.read(given))  # 20 ids and the two special tokens: 22
+    assert forward.topic == TOPICS.requests(32)
+    fits = rig.request("few", bucket=16, hint=5, input="", input_ids=[7] * 14)  # 16: it fits
+    assert not of(ev.Forward, rig.read(fits))
+    [send] = of(ev.SendBatch, rig.tick(1))
+    assert ids(send) == ["few"]
+
+
 def test_a_request_on_the_unbucketed_topic_goes_to_its_bucket() -> None:
     rig = Rig()
     [forward] = of(ev.Forward, rig.read(rig.request("plain", bucket=None, tokens=10, hint=None)))

@@ -1,0 +1,64 @@
+"""A request's input checked before it is sent: a text refused (or cut) when it cannot fit
+before it is tokenized, an input given as token ids checked against the model's vocabulary,
+and the tokens each will be (special tokens included: what the model sees)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tokenizers import Tokenizer
+
+from headrace.models.tokenizer import count_with
+from headrace.schemas.errors import EmptyInputError, InputTooLongError, InvalidRequestError
+
+# A text longer than this many characters per token of its limit is refused (or cut) before
+# it is tokenized: no tokenizer's token is longer than a few dozen characters of real text.
+CHARS_PER_TOKEN_MAX = 64
+Given = str | Sequence[int]  # a text, or token ids of the model's tokenizer (embeddings)
+
+
+def bounded(i: int, text: str, limit: int, cut: bool, keep_end: bool) -> str:
+    """``text``, refused before it is tokenized when it cannot fit: empty, or past
+    ``limit`` tokens of ``CHARS_PER_TOKEN_MAX`` characters each (cut to that where ``cut``:
+    its end for a prompt, its start for an embedding). Tokenizing a 40 MB string took 25 s."""
+    if not text.strip():
+        raise EmptyInputError(f"text {i} is empty")
+    chars = limit * CHARS_PER_TOKEN_MAX
+    if len(text) <= chars:
+        return text
+    if cut:
+        return text[-chars:] if keep_end else text[:chars]
+    raise InputTooLongError(
+        f"text {i} has {len(text)} characters: more than {limit} tokens can hold "
+        f"(at most {CHARS_PER_TOKEN_MAX} characters a token); pass truncate=True to cut it"
+    )
+
+
+def token_ids(given: Sequence[Given], tokenizer: Tokenizer, model: str) -> list[list[int] | None]:
+    """Each input given as token ids (None for a text), checked: not empty, each id in the
+    model's vocabulary."""
+    vocab = tokenizer.get_vocab_size()
+    out: list[list[int] | None] = []
+    for i, item in enumerate(given):
+        if isinstance(item, str):
+            out.append(None)
+            continue
+        ids = [int(t) for t in item]
+        if not ids:
+            raise EmptyInputError(f"input {i} has no token ids")
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(
+                f"input {i}: token id {bad} is not in {model}'s vocabulary (0..{vocab - 1})"
+            )
+        out.append(ids)
+    return out
+
+
+def counted(
+    tokenizer: Tokenizer, texts: Sequence[str], ids: Sequence[list[int] | None]
+) -> list[int]:
+    """The tokens of each input: a text's, or ids with the special tokens the tokenizer puts
+    around a text (an input given as ids has the text ``""``: its count is those tokens)."""
+    counts = count_with(tokenizer, texts)
+    return [c + (len(g) if g is not None else 0) for c, g in zip(counts, ids, strict=True)]
