@@ -52,7 +52,14 @@ from headrace.limits.gate import Gate
 from headrace.models.registry import resolve, serving_version
 from headrace.models.tokenizer import tokenizer_of
 from headrace.producers.generation import GenerationMixin
-from headrace.producers.inputs import Given, bounded, counted, token_ids
+from headrace.producers.inputs import (
+    Given,
+    asked_task,
+    bounded,
+    checked_pairs,
+    counted,
+    token_ids,
+)
 from headrace.producers.resend import Resender, Unanswered
 from headrace.producers.submission import Submission, embedding_of
 from headrace.schemas.buckets import bucket_for
@@ -63,8 +70,8 @@ from headrace.schemas.errors import (
     RequestTooLargeError,
     input_too_long,
 )
-from headrace.schemas.messages import CacheDirective, Control, Reply, Request
-from headrace.schemas.params import EmbedParams, GenerateParams, Priority
+from headrace.schemas.messages import SCORED, CacheDirective, Control, Reply, Request
+from headrace.schemas.params import EmbedParams, GenerateParams, Priority, ScoreParams
 from headrace.schemas.signing import control_signature, request_signature, tenant_key
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
@@ -163,20 +170,23 @@ class Client(GenerationMixin):
         routing_key: str | None = None,
         vector_encoding: Literal["float", "base64"] = "float",
         priority: Priority = "default",
+        pairs: Sequence[str | None] | None = None,
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
         ``InvalidRequestError`` subclass naming the first bad text. An embedding's input
         may be token ids of the model's tokenizer, embedded as given. ``generation``: the
         texts are prompts of a generation model (bucketed by prompt length).
         ``routing_key``: under a split sticky by key, requests with the same key are served
-        by the same model version."""
+        by the same model version. A rerank or classify model scores each text, with its
+        ``pairs`` entry where there is one (a rerank's query and document)."""
         model = model or self.settings.model
         spec = resolve(self.settings, model)  # UnknownModelError
-        task: Literal["embed", "generate"] = "generate" if generation is not None else "embed"
+        task = asked_task(spec.task, generation is not None)
         if spec.task != task:
             raise InvalidRequestError(f"{model} serves {spec.task!r} requests, not {task!r}")
         if request_ids is not None and len(request_ids) != len(texts):
             raise ValueError("request_ids and texts differ in length")
+        pairs = checked_pairs(pairs, len(texts), task)
         # a prompt leaves room for at least one generated token
         limit = min(spec.max_tokens - (generation is not None), self.settings.buckets[-1])
         cut = generation.truncate if generation is not None else truncate
@@ -195,11 +205,17 @@ class Client(GenerationMixin):
                 raise InvalidRequestError(
                     f"logit_bias: token id {bad} is not in {model}'s vocabulary (0..{vocab - 1})"
                 )
-        counts = counted(tokenizer, inputs, given)
+        pairs = [
+            None if p is None else bounded(i, p, limit, cut, keep_end=False)
+            for i, p in enumerate(pairs)
+        ]
+        counts = counted(tokenizer, inputs, given, pairs)
         now = datetime.now(UTC)
         deadline = now + timedelta(seconds=timeout_s) if timeout_s is not None else None
-        params: EmbedParams | GenerateParams = generation or EmbedParams(
-            truncate=truncate, normalize=normalize
+        params: EmbedParams | GenerateParams | ScoreParams = generation or (
+            ScoreParams(truncate=truncate)
+            if task in SCORED
+            else EmbedParams(truncate=truncate, normalize=normalize)
         )
         directive = None
         # a deterministic generation outside a conversation is cached like an embedding
@@ -226,6 +242,7 @@ class Client(GenerationMixin):
                 task=task,
                 input=text,
                 input_ids=given[i],
+                input_pair=pairs[i],
                 params=params,
                 reply_to=self.reply_topic,
                 deadline=deadline,

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from headrace.models.tokenizer import count_with
 from headrace.schemas.errors import EmptyInputError, InputTooLongError, InvalidRequestError
+from headrace.schemas.messages import SCORED, Task
 
 # A text longer than this many characters per token of its limit is refused (or cut) before
 # it is tokenized: no tokenizer's token is longer than a few dozen characters of real text.
@@ -56,9 +57,45 @@ def token_ids(given: Sequence[Given], tokenizer: Tokenizer, model: str) -> list[
 
 
 def counted(
-    tokenizer: Tokenizer, texts: Sequence[str], ids: Sequence[list[int] | None]
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    ids: Sequence[list[int] | None],
+    pairs: Sequence[str | None],
 ) -> list[int]:
     """The tokens of each input: a text's, or ids with the special tokens the tokenizer puts
-    around a text (an input given as ids has the text ``""``: its count is those tokens)."""
-    counts = count_with(tokenizer, texts)
-    return [c + (len(g) if g is not None else 0) for c, g in zip(counts, ids, strict=True)]
+    around a text (an input given as ids has the text ``""``: its count is those tokens);
+    with a pair, both texts' counts, as the dispatcher counts them (at most a token over
+    the pair's own)."""
+    counts = count_with(tokenizer, [*texts, *(p for p in pairs if p is not None)])
+    second = iter(counts[len(texts) :])
+    return [
+        c + (len(g) if g is not None else 0) + (next(second) if p is not None else 0)
+        for c, g, p in zip(counts, ids, pairs, strict=False)
+    ]
+
+
+def asked_task(served: str, generating: bool) -> Task:
+    """The task a call asks of a model serving ``served``: ``generate`` with generation
+    parameters, the model's own rerank or classify, else ``embed``."""
+    if generating:
+        return "generate"
+    return "rerank" if served == "rerank" else "classify" if served == "classify" else "embed"
+
+
+def checked_pairs(pairs: Sequence[str | None] | None, n: int, task: Task) -> list[str | None]:
+    """Each input's second text (None: none), checked: one per input, only for rerank and
+    classify, every one for rerank, none empty."""
+    if pairs is None:
+        if task == "rerank":
+            raise InvalidRequestError("a rerank scores pairs: give each query its document")
+        return [None] * n
+    if task not in SCORED:
+        raise InvalidRequestError(f"pairs are for rerank and classify models, not {task}")
+    if len(pairs) != n:
+        raise ValueError("pairs and texts differ in length")
+    for i, pair in enumerate(pairs):
+        if pair is None and task == "rerank":
+            raise InvalidRequestError(f"input {i} has no document to rank")
+        if pair is not None and not pair.strip():
+            raise EmptyInputError(f"input {i}'s pair is empty")
+    return list(pairs)

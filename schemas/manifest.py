@@ -66,7 +66,7 @@ class ModelManifest(_Strict):
     schema_version: Literal[1] = 1
     name: ModelName
     version: VersionLabel
-    task: Literal["embed", "generate"]
+    task: Literal["embed", "generate", "rerank", "classify"]
     source: str  # where the files came from: a folder, s3://bucket/prefix/, package:<module>
     architecture: str  # config.json's architectures[0], e.g. BertModel, GPT2LMHeadModel
     model_type: str  # config.json's model_type, e.g. bert, gpt2, llama, qwen2

@@ -6,9 +6,7 @@ Batch and Completion are the internal contract between dispatcher and worker.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import struct
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -23,11 +21,25 @@ from pydantic import (
 )
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo
-from headrace.schemas.logprobs import TokenLogprob
-from headrace.schemas.params import EmbedParams, GenerateParams, Priority
+from headrace.schemas.params import EmbedParams, GenerateParams, Priority, ScoreParams
+from headrace.schemas.results import EmbeddingResult as EmbeddingResult
+from headrace.schemas.results import GenerationResult as GenerationResult
+from headrace.schemas.results import Result
+from headrace.schemas.results import ScoreResult as ScoreResult
+from headrace.schemas.results import Usage as Usage
 from headrace.schemas.tenants import TenantName
 
 SCHEMA_VERSION: Literal[1] = 1
+# embed: a vector; generate: text; rerank: a (query, document) pair's relevance; classify: a
+# text's (or pair's) label probabilities
+Task = Literal["embed", "generate", "rerank", "classify"]
+SCORED = ("rerank", "classify")
+PARAMS: dict[str, type[EmbedParams | GenerateParams | ScoreParams]] = {
+    "embed": EmbedParams,
+    "generate": GenerateParams,
+    "rerank": ScoreParams,
+    "classify": ScoreParams,
+}
 MAX_INPUT_CHARS = 1_000_000  # a hard byte-ish ceiling; the token limit is the model's
 MAX_INPUT_IDS = 131_072  # the same for an input given as token ids
 
@@ -64,8 +76,18 @@ class Request(_Message):
     request_id: Identifier
     tenant: TenantName
     model: Identifier
-    task: Literal["embed", "generate"] = "embed"
+    task: Task = "embed"
     input: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    input_pair: Annotated[
+        str | None,
+        Field(
+            max_length=MAX_INPUT_CHARS,
+            description=(
+                "A rerank or classify request's second text: the document a query (input) "
+                "is scored against, or a classifier's pair (e.g. premise and hypothesis)."
+            ),
+        ),
+    ] = None
     input_ids: Annotated[
         list[Annotated[int, Field(ge=0)]] | None,
         Field(
@@ -78,7 +100,7 @@ class Request(_Message):
             ),
         ),
     ] = None
-    params: EmbedParams | GenerateParams = EmbedParams()
+    params: EmbedParams | GenerateParams | ScoreParams = EmbedParams()
     reply_to: Annotated[
         str,
         StringConstraints(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"),
@@ -167,13 +189,13 @@ class Request(_Message):
     def _params_of_task(cls, data: Any) -> Any:
         """``params`` are read as the task's own kind (both accept ``{}``)."""
         if isinstance(data, dict) and isinstance(data.get("params"), dict):
-            kind = GenerateParams if data.get("task") == "generate" else EmbedParams
+            kind = PARAMS.get(str(data.get("task", "embed")), EmbedParams)
             return {**data, "params": kind.model_validate(data["params"])}
         return data
 
     @model_validator(mode="after")
     def _params_match_task(self) -> Self:
-        wanted = GenerateParams if self.task == "generate" else EmbedParams
+        wanted = PARAMS[self.task]
         if not isinstance(self.params, wanted):
             if self.params == type(self.params)():  # left at the default: the task's default
                 self.params = wanted()
@@ -183,6 +205,10 @@ class Request(_Message):
             raise ValueError("session_id is for generate requests")
         if self.input_ids is not None and (self.task != "embed" or self.input):
             raise ValueError("input_ids are an embed request's input, with input empty")
+        if self.input_pair is not None and self.task not in SCORED:
+            raise ValueError("input_pair is a rerank or classify request's second text")
+        if self.task == "rerank" and self.input_pair is None:
+            raise ValueError("a rerank request scores input (the query) against input_pair")
         return self
 
 
@@ -219,52 +245,6 @@ class Cost(_Message):
     device_ms: float
 
 
-class EmbeddingResult(_Message):
-    """The vector as JSON numbers (``embedding``), or, where the request asked for
-    ``vector_encoding`` ``base64``, as its little-endian float32 bytes in base64
-    (``embedding_base64``, OpenAI's ``encoding_format=base64``): one of the two."""
-
-    embedding: list[float] | None = None
-    embedding_base64: str | None = None
-    token_count: int
-    truncated: bool = False
-
-    @model_validator(mode="after")
-    def _one_encoding(self) -> Self:
-        if (self.embedding is None) == (self.embedding_base64 is None):
-            raise ValueError("an embedding result holds embedding or embedding_base64")
-        return self
-
-    def vector(self) -> list[float]:
-        """The vector as floats, whichever way it came."""
-        if self.embedding is not None:
-            return self.embedding
-        assert self.embedding_base64 is not None
-        raw = base64.b64decode(self.embedding_base64)
-        return list(struct.unpack(f"<{len(raw) // 4}f", raw))
-
-    def as_base64(self) -> str:
-        """The vector as little-endian float32 bytes in base64."""
-        if self.embedding_base64 is not None:
-            return self.embedding_base64
-        assert self.embedding is not None
-        return base64.b64encode(struct.pack(f"<{len(self.embedding)}f", *self.embedding)).decode()
-
-
-class Usage(_Message):
-    prompt_tokens: int
-    completion_tokens: int
-
-
-class GenerationResult(_Message):
-    text: str
-    # tool_calls: the text is whole tool calls (``schemas.tool_calls.read_calls``)
-    finish_reason: Literal["stop", "length", "abort", "tool_calls"]
-    usage: Usage
-    truncated: bool = False  # the prompt's start was cut to fit the context
-    logprobs: list[TokenLogprob] | None = None  # asked for with GenerateParams.logprobs
-
-
 class StreamDelta(_Message):
     """A piece of a generation's text, sent before its final Reply on the same reply topic
     (same key, so in order). ``seq`` counts from 0; a redelivered batch sends the same
@@ -296,7 +276,7 @@ class Reply(_Message):
     request_id: str
     tenant: str
     model: str
-    result: EmbeddingResult | GenerationResult | None = None
+    result: Result | None = None
     error: ErrorInfo | None = None
     timings: Timings | None = None
     batch: BatchInfo | None = None

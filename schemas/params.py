@@ -21,6 +21,14 @@ class EmbedParams(BaseModel):
     normalize: bool = True  # L2-normalise the pooled embedding
 
 
+class ScoreParams(BaseModel):
+    """Parameters of a rerank or classify request (part of any cache key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    truncate: bool = False  # cut a pair past the model's max length instead of failing
+
+
 Priority = Literal["interactive", "default", "batch", "sheddable"]
 SHED_SHARE = 0.5  # a sheddable request is overloaded at this share of its bucket's bound
 RANKED: tuple[str, ...] = ("interactive", "default")  # then every other class, last

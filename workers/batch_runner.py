@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ import torch
 from headrace.schemas.errors import ErrorCode, ErrorInfo, input_too_long
 from headrace.schemas.logprobs import TokenLogprob, TopLogprob
 from headrace.schemas.messages import (
+    SCORED,
     Batch,
     BatchInfo,
     BatchItem,
@@ -35,6 +36,7 @@ from headrace.schemas.messages import (
     Usage,
 )
 from headrace.schemas.params import EmbedParams, GenerateParams, priority_rank
+from headrace.schemas.results import Result
 from headrace.schemas.tool_calls import read_calls
 from headrace.sessions.prompt import render_prompt
 from headrace.workers.admission import admission_error
@@ -48,6 +50,10 @@ from headrace.workers.backends.base import (
     OnFinished,
 )
 from headrace.workers.batch_context import BatchContext
+from headrace.workers.score_rows import encode_pairs, score_rows
+
+if TYPE_CHECKING:
+    from headrace.workers.backends.scoring import ScoreBackend
 from headrace.workers.claims import lost_replies, ref_key, take_from_dead
 from headrace.workers.ledger import ClaimState
 from headrace.workers.reply_delivery import CANCELLED, Delivery, Early, failure
@@ -110,6 +116,8 @@ def given_ids_fit(
 def encode(backend: ModelBackend, items: list[BatchItem], prompts: list[str]) -> list[EncodedItem]:
     """Each item's input encoded: its text (``prompts``), or its token ids as given."""
     truncate = [i.request.params.truncate for i in items]
+    if backend.task in SCORED:
+        return encode_pairs(cast("ScoreBackend", backend), items, prompts, truncate)
     encoded = backend.encode(prompts, truncate)
     given = [k for k, i in enumerate(items) if i.request.input_ids is not None]
     if given:
@@ -212,6 +220,8 @@ def _compute(
         if ctx.backend.task == "generate":
             backend = cast(GenerativeBackend, ctx.backend)
             results, real, padded = _generate(backend, runnable, ctx, finished, device_ms, pieces)
+        elif ctx.backend.task in SCORED:
+            results, real, padded = score_rows(cast("ScoreBackend", ctx.backend), runnable)
         else:
             results, real, padded = _embed(cast(Backend, ctx.backend), runnable)
     except Exception as exc:
@@ -254,7 +264,7 @@ def _compute(
 
 def _reply(
     item: BatchItem,
-    result: EmbeddingResult | GenerationResult,
+    result: Result,
     started: float,
     compute_ms: float,
     batch_info: BatchInfo,
@@ -267,9 +277,9 @@ def _reply(
     rows are padded alike)."""
     request = item.request
     tokens = (
-        result.token_count
-        if isinstance(result, EmbeddingResult)
-        else result.usage.prompt_tokens + result.usage.completion_tokens
+        result.usage.prompt_tokens + result.usage.completion_tokens
+        if isinstance(result, GenerationResult)
+        else result.token_count
     )
     return Reply(
         request_id=request.request_id,
@@ -291,7 +301,7 @@ def _reply(
     )
 
 
-Computed = tuple[list[EmbeddingResult | GenerationResult], int, int]
+Computed = tuple[list[Result], int, int]
 Pieces = Callable[[list[int]], list[tuple[str, list[int]]]]  # token ids -> (text, bytes)
 
 
@@ -301,7 +311,7 @@ def _embed(backend: Backend, runnable: list[tuple[BatchItem, EncodedItem]]) -> C
     normalize = [cast(EmbedParams, i.request.params).normalize for i, _ in runnable]
     vectors, real, padded = backend.embed([enc for _, enc in runnable], normalize)
     array = np.asarray(vectors, dtype="<f4")
-    results: list[EmbeddingResult | GenerationResult] = []
+    results: list[Result] = []
     for k, (item, enc) in enumerate(runnable):
         if item.request.vector_encoding == "base64":
             encoded = base64.b64encode(array[k].tobytes()).decode("ascii")
@@ -357,7 +367,7 @@ def _generate(
     finally:
         if watched is not None:
             watched.close()
-    results: list[EmbeddingResult | GenerationResult] = [
+    results: list[Result] = [
         _generation_result(enc, o, p, pieces)
         for enc, o, p in zip(encoded, outputs, params, strict=True)
     ]

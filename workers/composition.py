@@ -141,7 +141,7 @@ def slots_for(settings: Settings, loaded: Loaded, ctx: BatchContext) -> Slots:
     if continuous:
         every_s = float(getattr(backend, "cancel_check_s", 0.2))
         ctx = replace(ctx, cancels=CancelWatch(ctx.ledger.cancelled, every_s))
-    if loaded.spec.task == "embed":
+    if loaded.spec.task != "generate":  # an encoder: embed, rerank, classify
         on_gpu = str(getattr(backend, "device", "cpu")).startswith("cuda")
         count = settings.encoder_slots or (2 if on_gpu else 1)
         if count > 1:

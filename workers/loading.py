@@ -35,11 +35,13 @@ import torch
 from headrace.config.settings import Settings
 from headrace.models.registry import ModelSpec, materialize, resolve
 from headrace.schemas.errors import ChecksumMismatchError
+from headrace.schemas.messages import SCORED
 from headrace.workers import metrics
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.backends.base import ModelBackend, Shape, default_shapes
 from headrace.workers.backends.echo import EchoBackend
 from headrace.workers.backends.generation import GenerationBackend
+from headrace.workers.backends.scoring import ScoreBackend
 from headrace.workers.backends.vllm_engine import VLLMBackend
 from headrace.workers.faults import FaultyBackend
 
@@ -147,6 +149,10 @@ def make_backend(settings: Settings, spec: ModelSpec, folder: Path) -> ModelBack
                     settings.generation_max_rows if settings.generation_slots > 1 else None
                 ),
             )
+    elif spec.task in SCORED:
+        backend = ScoreBackend(
+            spec.name, folder, spec.max_tokens, task=spec.task, device=settings.device
+        )
     elif settings.worker_backend == "echo":
         log.warning("ECHO BACKEND: no model runs; replies are not embeddings (benchmarks only)")
         backend = EchoBackend(spec.name, folder, spec.max_tokens)

@@ -10,10 +10,18 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from headrace.models.manifest import describe, detect_max_tokens, verify, write_manifest
+from headrace.models.chat_format import detect_chat_template, tools_refused
+from headrace.models.manifest import (
+    describe,
+    detect_max_tokens,
+    labels_of,
+    verify,
+    write_manifest,
+)
 from headrace.schemas.errors import ChecksumMismatchError, ModelSourceError
 from headrace.schemas.manifest import MANIFEST_FILE, ModelManifest
 from tests.models.copies import minilm_copy
+from tests.models.scorers import LABELS, build_scorer
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +105,25 @@ def test_a_manifest_validates_against_its_exported_json_schema(
     broken["files"][0]["sha256"] = "not-a-digest"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
+
+
+def test_a_sequence_classifier_is_a_reranker_with_one_label_else_a_classifier(
+    tmp_path: Path,
+) -> None:
+    reranker = describe(build_scorer(tmp_path / "r"), name="r", version="v1", source="x")
+    classifier = describe(build_scorer(tmp_path / "c", LABELS), name="c", version="v1", source="x")
+    assert (reranker.task, classifier.task) == ("rerank", "classify")
+    assert labels_of(json.loads((tmp_path / "c" / "config.json").read_text())) == list(LABELS)
+
+
+def test_the_chat_template_and_its_tool_format_are_recorded(tmp_path: Path) -> None:
+    folder = build_scorer(tmp_path / "m")
+    assert detect_chat_template(folder) == "none"
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    config_path.write_text(json.dumps(config))
+    assert describe(folder, name="m", version="v1", source="x").chat_template == "plain"
+    assert tools_refused("plain") and tools_refused("none") is None
+    (folder / "chat_template.jinja").write_text("{% if tools %}{{ tools | tojson }}{% endif %}")
+    assert detect_chat_template(folder) == "tools" and tools_refused("tools") is None

@@ -107,6 +107,7 @@ class EncodedItem:
     # its request's class (``schemas.messages.priority_rank``, 0 first): the continuous
     # decoder takes better-ranked rows first and lets them preempt worse-ranked ones
     rank: int = 1
+    type_ids: list[int] | None = None  # a pair's segments (BERT's token_type_ids)
 
 
 class Grammar(Protocol):

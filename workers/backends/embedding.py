@@ -134,11 +134,15 @@ class EmbeddingBackend(EncoderInputs):
 
     # --- loading, in three timed stages -------------------------------------------------
     def load_weights(self) -> None:
+        start = time.perf_counter()
+        self._model = self._load(str(self.model_dir))
+        self.timings.load_weights_s = time.perf_counter() - start
+
+    @staticmethod
+    def _load(folder: str) -> Any:
         from transformers import AutoModel
 
-        start = time.perf_counter()
-        self._model = AutoModel.from_pretrained(str(self.model_dir))
-        self.timings.load_weights_s = time.perf_counter() - start
+        return AutoModel.from_pretrained(folder)
 
     def build(self) -> None:
         start = time.perf_counter()

@@ -25,11 +25,10 @@ from headrace.schemas.messages import (
     Completion,
     DeadLetter,
     Degraded,
-    EmbeddingResult,
-    GenerationResult,
     RecordRef,
     Request,
 )
+from headrace.schemas.results import Result
 from headrace.transport.base import Headers, Partition, Record
 
 RequestKey = tuple[str, str]  # (tenant, request_id)
@@ -222,7 +221,7 @@ class Answer:
     model: str = ""
     dead_letter: DeadLetter | None = None
     may_defer: bool = False
-    result: EmbeddingResult | GenerationResult | None = None
+    result: Result | None = None
     degraded: Degraded | None = None
     model_version: str | None = None
     cache_tier: CacheTier | None = None

@@ -33,10 +33,10 @@ from typing import Literal
 from headrace.config.settings import DegradeRung, default
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import EmbeddingResult, GenerationResult, Request
+from headrace.schemas.results import Result, ScoreResult
 
 Reason = Literal["no_workers", "failing", "late"]
 RUNGS: tuple[DegradeRung, ...] = ("fallback_version", "cache", "canned", "reject")
-Result = EmbeddingResult | GenerationResult
 
 
 @dataclass(frozen=True)
@@ -85,5 +85,7 @@ def late(policy: LadderPolicy, queued_s: float | None, left_s: float | None) -> 
 
 
 def _fits(result: Result, request: Request) -> bool:
-    """A canned answer of the request's kind (an embedding for embed, text for generate)."""
-    return isinstance(result, EmbeddingResult) == (request.task == "embed")
+    """A canned answer of the request's kind (an embedding for embed, text for generate,
+    scores for rerank and classify)."""
+    kind = {"embed": EmbeddingResult, "generate": GenerationResult}.get(request.task, ScoreResult)
+    return isinstance(result, kind)

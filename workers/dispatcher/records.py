@@ -96,11 +96,22 @@ class RecordsIn:
     def _counts(self, parsed: list[Request | Rejection]) -> list[int]:
         """Each request's tokens (0 for a rejection), counted together; if that raises, one
         at a time, and a request whose count raises becomes a rejection in ``parsed``. An
-        input given as token ids counts them and the special tokens of an empty text."""
-        inputs = [p.input for p in parsed if isinstance(p, Request)]
+        input given as token ids counts them and the special tokens of an empty text; a
+        pair, its two texts' counts (at most a token over the pair's own: BERT's shares its
+        [CLS])."""
+        requests = [p for p in parsed if isinstance(p, Request)]
+        inputs = [p.input for p in requests] + [
+            p.input_pair or "" for p in requests if p.input_pair
+        ]
         try:
             counted = iter(self.count_tokens(inputs) if inputs else [])
-            return [next(counted) + _given(p) if isinstance(p, Request) else 0 for p in parsed]
+            own = [next(counted) + _given(p) for p in requests]
+            own = [
+                c + (next(counted) if p.input_pair else 0)
+                for c, p in zip(own, requests, strict=True)
+            ]
+            mine = iter(own)
+            return [next(mine) if isinstance(p, Request) else 0 for p in parsed]
         except Exception:
             log.warning("counting %d requests together failed; one at a time", len(inputs))
         counts = []
@@ -109,7 +120,8 @@ class RecordsIn:
                 counts.append(0)
                 continue
             try:
-                counts.append(self.count_tokens([p.input])[0] + _given(p))
+                texts = [p.input] + ([p.input_pair] if p.input_pair else [])
+                counts.append(sum(self.count_tokens(texts)) + _given(p))
             except Exception as exc:
                 message = f"its input could not be tokenized: {type(exc).__name__}"
                 parsed[k] = Rejection(

@@ -21,11 +21,10 @@ from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import (
     DeadLetter,
     Degraded,
-    EmbeddingResult,
-    GenerationResult,
     RecordRef,
     Request,
 )
+from headrace.schemas.results import Result
 from headrace.workers.dispatcher.events import Answer
 from headrace.workers.dispatcher.flights import Pending, RefKey, ref_key
 from headrace.workers.dispatcher.intake import Rejection
@@ -84,7 +83,7 @@ class Refusals:
         bucket: int,
         wall_time: float,
         tokens: int,
-        result: EmbeddingResult | GenerationResult,
+        result: Result,
         degraded: Degraded,
     ) -> Answer:
         """A rung of the degradation ladder answers it (deferred like a refusal: a worker

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from headrace.config.cache_policy import ExpiryPolicy
-from headrace.schemas.messages import EmbeddingResult, GenerationResult
+from headrace.schemas.results import Result
 
 
 class CacheEntry(BaseModel):
@@ -16,7 +16,7 @@ class CacheEntry(BaseModel):
     key: str
     tenant: str
     model: str
-    result: EmbeddingResult | GenerationResult
+    result: Result
     scopes: dict[str, int]  # scope -> its generation when the request was submitted
     mode: Literal["ttl", "sliding", "tags"]
     ttl_s: float | None = None
@@ -28,7 +28,7 @@ class CacheEntry(BaseModel):
         key: str,
         tenant: str,
         model: str,
-        result: EmbeddingResult | GenerationResult,
+        result: Result,
         scopes: dict[str, int],
         policy: ExpiryPolicy,
         now: float,

@@ -28,6 +28,7 @@ def cache_key(
     text: str,
     params: BaseModel,
     input_ids: Sequence[int] | None = None,
+    input_pair: str | None = None,
 ) -> str:
     """An embedding's input is normalised (``normalise_input``); a prompt is the model's
     input as it is, spaces and all. Whether a generation is streamed does not change it.
@@ -37,13 +38,15 @@ def cache_key(
         "model": model,
         "model_version": model_version,
         "task": task,
-        "input": normalise_input(text) if task == "embed" else text,
+        "input": text if task == "generate" else normalise_input(text),
         "params": params.model_dump(
             mode="json", exclude={"stream"} if task == "generate" else None
         ),
     }
     if input_ids is not None:
         doc["input_ids"] = list(input_ids)
+    if input_pair is not None:  # a rerank's document, a classifier's second text
+        doc["input_pair"] = normalise_input(input_pair)
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

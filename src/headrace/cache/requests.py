@@ -7,8 +7,9 @@ from __future__ import annotations
 from headrace.cache.entry import CacheEntry
 from headrace.cache.keys import cache_key, entry_scopes
 from headrace.config.cache_policy import ExpiryPolicy
-from headrace.schemas.messages import EmbeddingResult, GenerationResult, Request
+from headrace.schemas.messages import GenerationResult, Request
 from headrace.schemas.params import GenerateParams
+from headrace.schemas.results import Result
 
 
 def request_key(request: Request, model_version: str) -> str:
@@ -20,6 +21,7 @@ def request_key(request: Request, model_version: str) -> str:
         request.input,
         request.params,
         request.input_ids,
+        request.input_pair,
     )
 
 
@@ -28,11 +30,11 @@ def request_scopes(request: Request, model_version: str) -> list[str]:
     return entry_scopes(request.tenant, request.model, model_version, tags)
 
 
-def cacheable(request: Request, result: EmbeddingResult | GenerationResult) -> bool:
+def cacheable(request: Request, result: Result) -> bool:
     """Whether ``result`` may serve the same request again: any embedding; a generation
     only when deterministic (``GenerateParams.deterministic``), outside a conversation
     (its history is not in the key) and not cut short by a cancel."""
-    if isinstance(result, EmbeddingResult):
+    if not isinstance(result, GenerationResult):  # an embedding, a score: as the input is
         return True
     params = request.params
     return (
@@ -45,7 +47,7 @@ def cacheable(request: Request, result: EmbeddingResult | GenerationResult) -> b
 
 def result_entry(
     request: Request,
-    result: EmbeddingResult | GenerationResult,
+    result: Result,
     model_version: str,
     classes: dict[str, ExpiryPolicy],
     now: float,

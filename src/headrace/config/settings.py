@@ -24,7 +24,7 @@ from pydantic_settings import (
 from headrace.config.cache_policy import DEFAULT_CLASSES, ExpiryPolicy
 from headrace.config.tag_rules import TagRule
 from headrace.schemas.buckets import DEFAULT_BUCKETS, validate_boundaries
-from headrace.schemas.messages import EmbeddingResult, GenerationResult
+from headrace.schemas.results import Result
 
 DegradeRung = Literal["fallback_version", "cache", "canned", "reject"]
 
@@ -260,7 +260,7 @@ class Settings(BaseSettings):
     # EmbeddingResult or GenerationResult as JSON), the reject. Reply.degraded says which.
     # Tenants in degrade_opt_out get the reject at once.
     degrade_rungs: list[DegradeRung] = Field(default_factory=lambda: list(get_args(DegradeRung)))
-    degrade_canned: dict[str, EmbeddingResult | GenerationResult] = Field(default_factory=dict)
+    degrade_canned: dict[str, Result] = Field(default_factory=dict)
     degrade_opt_out: list[str] = Field(default_factory=list)
     degrade_late_factor: float = Field(default=1.0, ge=0)
     breaker_error_rate: float = Field(default=0.5, gt=0, le=1)

@@ -10,7 +10,6 @@ decoded and tokenized again; ``usage`` counts what the model saw, its special to
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
@@ -18,7 +17,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from headrace.config.settings import Settings
-from headrace.gateway.api import ApiError, KeyPriority, Tenant, api_error, reply_error
+from headrace.gateway.api import ApiError, KeyPriority, Tenant, api_error
+from headrace.gateway.pipeline_calls import results_of
 from headrace.models.registry import ModelSpec, embedding_size, resolve
 from headrace.models.tokenizer import tokenizer_of
 from headrace.producers.client import Client
@@ -27,7 +27,6 @@ from headrace.schemas.messages import EmbeddingResult
 from headrace.schemas.openai_batch import EMBEDDINGS_URL
 
 MAX_INPUTS = 2048
-WAIT_S = 120.0
 
 TokenIds = list[int]
 
@@ -96,33 +95,13 @@ def embeddings_router(client_for: Callable[[str], Client]) -> APIRouter:
             )
             raise ApiError(400, message, "invalid_value", param="dimensions")
         texts = _inputs(body, spec, client.settings)
-        submissions = []
-        try:
-            submissions = await asyncio.to_thread(
-                client.submit_many,
-                texts,
-                model=body.model,
-                vector_encoding="base64",
-                priority=priority,
-            )
-            replies = await asyncio.wait_for(
-                asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), WAIT_S
-            )
-        except (HeadraceError, TimeoutError, asyncio.CancelledError) as exc:
-            # nobody waits for these any more: cancelled, their client slots freed
-            ids = [s.request.request_id for s in submissions if not s.future.done()]
-            if ids:
-                await asyncio.to_thread(client.abandon, ids)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise api_error(exc) from exc
+        results = await results_of(
+            client, texts, model=body.model, vector_encoding="base64", priority=priority
+        )
         data, tokens = [], 0
-        for i, reply in enumerate(replies):
-            if reply.error is not None:
-                raise reply_error(reply.error)
-            assert isinstance(reply.result, EmbeddingResult)
-            tokens += reply.result.token_count
-            result = reply.result
+        for i, result in enumerate(results):
+            assert isinstance(result, EmbeddingResult)
+            tokens += result.token_count
             encoded = result.as_base64() if body.encoding_format == "base64" else result.vector()
             data.append({"object": "embedding", "index": i, "embedding": encoded})
         return {

@@ -31,6 +31,7 @@ from headrace.gateway.embeddings_api import embeddings_router
 from headrace.gateway.files_api import files_router
 from headrace.gateway.jobs_api import jobs_router
 from headrace.gateway.models_api import models_router
+from headrace.gateway.scoring_api import scoring_router
 from headrace.gateway.usage_api import usage_router
 from headrace.jobs.pool import RunnerPool
 from headrace.jobs.store import JobStore
@@ -89,6 +90,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(embeddings_router(client_for))
     app.include_router(completions_router(settings, client_for))
+    app.include_router(scoring_router(client_for))
     app.include_router(models_router(settings))
     app.include_router(files_router(settings, store))
     app.include_router(batches_router(settings, store))

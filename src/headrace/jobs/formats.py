@@ -40,6 +40,7 @@ from headrace.schemas.openai_batch import (
     ResponseBody,
 )
 from headrace.schemas.params import GenerateParams
+from headrace.schemas.results import Result
 
 InputFormat = Literal["openai", "plain"]
 
@@ -176,13 +177,15 @@ def success_line(
     custom_id: str,
     request_id: str,
     model: str,
-    result: EmbeddingResult | GenerationResult,
+    result: Result,
     endpoint: str = EMBEDDINGS_URL,
 ) -> str:
     if isinstance(result, GenerationResult):
         body = generation_body(request_id, model, result, chat=endpoint == CHAT_URL)
         response = ResponseBody(status_code=200, request_id=request_id, body=body)
         return _dump(job_id, line, custom_id, response, None)
+    if not isinstance(result, EmbeddingResult):  # files and jobs take no rerank or classify
+        raise TypeError(f"a batch line's result is an embedding or a generation: {result!r}")
     body = {
         "object": "list",
         "data": [{"object": "embedding", "index": 0, "embedding": result.vector()}],
@@ -220,8 +223,8 @@ def expired_line(job_id: str, line: int, custom_id: str) -> str:
     return _dump(job_id, line, custom_id, None, LineError(code="batch_expired", message=message))
 
 
-def tokens_of(result: EmbeddingResult | GenerationResult) -> tuple[int, int]:
-    """(input, output) tokens of a result, for a batch's ``usage``."""
+def tokens_of(result: Result) -> tuple[int, int]:
+    """(input, output) tokens of a result, for a batch's ``usage`` (a score: its pair's)."""
     if isinstance(result, GenerationResult):
         return result.usage.prompt_tokens, result.usage.completion_tokens
     return result.token_count, 0

@@ -12,13 +12,14 @@ import hashlib
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from headrace.models.chat_format import detect_chat_template
 from headrace.models.sources import kind_of, list_local
 from headrace.models.weights import tensors
 from headrace.schemas.errors import ChecksumMismatchError, ModelSourceError
 from headrace.schemas.manifest import MANIFEST_FILE, ManifestFile, ModelManifest
+from headrace.schemas.messages import Task
 
 CHUNK_BYTES = 1 << 20
 # what tokenizers write when a model sets no limit (transformers' VERY_LARGE_INTEGER)
@@ -44,11 +45,26 @@ def read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
-def detect_task(config: dict[str, Any]) -> Literal["embed", "generate"]:
-    """``generate`` for a causal LM (``*ForCausalLM``, ``*LMHeadModel``), else ``embed``."""
+def detect_task(config: dict[str, Any]) -> Task:
+    """``generate`` for a causal LM (``*ForCausalLM``, ``*LMHeadModel``); for a sequence
+    classifier (``*ForSequenceClassification``), ``rerank`` with one label (a
+    cross-encoder's relevance), else ``classify``; else ``embed``."""
     architectures = config.get("architectures") or []
     causal = any("CausalLM" in a or "LMHeadModel" in a for a in architectures)
-    return "generate" if causal or config.get("is_decoder") else "embed"
+    if causal or config.get("is_decoder"):
+        return "generate"
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        return "rerank" if len(labels_of(config)) == 1 else "classify"
+    return "embed"
+
+
+def labels_of(config: dict[str, Any]) -> list[str]:
+    """A classifier's labels in its logits' order (``id2label``; else ``num_labels`` of
+    them, named ``LABEL_<i>`` as transformers names them)."""
+    named = config.get("id2label") or {}
+    if named:
+        return [str(named[k]) for k in sorted(named, key=int)]
+    return [f"LABEL_{i}" for i in range(int(config.get("num_labels", 2)))]
 
 
 def detect_max_tokens(config: dict[str, Any], folder: Path) -> int:
@@ -99,7 +115,7 @@ def describe(
     name: str,
     version: str,
     source: str,
-    task: Literal["embed", "generate"] | None = None,
+    task: Task | None = None,
     max_tokens: int | None = None,
     label: str = "",
 ) -> ModelManifest:

@@ -6,7 +6,6 @@ other records on this machine (``<state_dir>/models/<name>/<version>/``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import ValidationError
 
@@ -17,8 +16,8 @@ from headrace.models.manifest import describe, write_manifest
 from headrace.models.registry import model_cache_root
 from headrace.models.sources import FetchStats, fetch, parse_source
 from headrace.schemas.errors import ModelRegistryError, VersionConflictError
+from headrace.schemas.messages import Task
 
-Task = Literal["embed", "generate"]
 BACKENDS = ("auto", "transformers", "vllm")
 POOLINGS = ("mean", "cls")
 

@@ -6,7 +6,7 @@ remove one that no longer serves (``remove``). The traffic policy's commands (``
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from typing import get_args
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from rich.table import Table
 from headrace.config.settings import Settings
 from headrace.health.reach import require
 from headrace.schemas.errors import ModelRegistryError
+from headrace.schemas.messages import Task
 
 models = typer.Typer(help="Model versions: register, list, show, remove; deploy and roll back.")
 console = Console()
@@ -41,7 +42,9 @@ def models_add(
         ..., "--source", help="a folder, s3://BUCKET/PREFIX/ or package:MODULE"
     ),
     version: str = typer.Option(None, help="the version label (default v<N+1>)"),
-    task: str = typer.Option(None, help="embed or generate (default: from config.json)"),
+    task: str = typer.Option(
+        None, help="embed, generate, rerank or classify (default: config.json)"
+    ),
     max_tokens: int = typer.Option(None, min=1, help="default: from the model's own config"),
     backend: str = typer.Option("auto", help="auto, transformers or vllm"),
     pooling: str = typer.Option("mean", help="encoders: mean or cls"),
@@ -55,9 +58,9 @@ def models_add(
     if source.startswith("s3://"):
         require(settings, "s3")
     require(settings, "sql")
-    if task not in (None, "embed", "generate"):
-        raise refuse(ModelRegistryError(f"task {task!r}: embed or generate"))
-    chosen: Literal["embed", "generate"] | None = task  # type: ignore[assignment]
+    if task not in (None, *get_args(Task)):
+        raise refuse(ModelRegistryError(f"task {task!r}: one of {', '.join(get_args(Task))}"))
+    chosen: Task | None = task  # type: ignore[assignment]
     try:
         record, fetched = register(
             settings,
