@@ -42,11 +42,12 @@ def served(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     settings = Settings(sql_url=sql, state_dir=root / "state")
     for task, folder in folders.items():
         register(settings, f"test-{task}", str(folder), "v1")
+        (root / task).mkdir()  # its gateway's own folder
     with (
         Pipeline(env=env_for("rerank", sql)),
         Pipeline(env=env_for("classify", sql)),
-        running_gateway(env_for("rerank", sql), root / "g1", tenants=("acme",)) as (u1, k1),
-        running_gateway(env_for("classify", sql), root / "g2", tenants=("acme",)) as (u2, k2),
+        running_gateway(env_for("rerank", sql), root / "rerank", tenants=("acme",)) as (u1, k1),
+        running_gateway(env_for("classify", sql), root / "classify", tenants=("acme",)) as (u2, k2),
     ):
         yield {
             "rerank": (u1, k1["acme"], folders["rerank"]),
