@@ -56,6 +56,7 @@ from headrace.producers.inputs import (
     Given,
     asked_task,
     bounded,
+    check_generation,
     checked_pairs,
     counted,
     token_ids,
@@ -198,13 +199,8 @@ class Client(GenerationMixin):
             "" if ids is not None else bounded(i, str(text), limit, cut, generation is not None)
             for i, (text, ids) in enumerate(zip(texts, given, strict=True))
         ]
-        if generation is not None and generation.logit_bias:
-            vocab = tokenizer.get_vocab_size()
-            bad = next((t for t, _ in generation.logit_bias if t >= vocab), None)
-            if bad is not None:
-                raise InvalidRequestError(
-                    f"logit_bias: token id {bad} is not in {model}'s vocabulary (0..{vocab - 1})"
-                )
+        if generation is not None:
+            check_generation(generation, tokenizer, spec)
         pairs = [
             None if p is None else bounded(i, p, limit, cut, keep_end=False)
             for i, p in enumerate(pairs)

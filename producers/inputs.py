@@ -5,12 +5,18 @@ and the tokens each will be (special tokens included: what the model sees)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
+from headrace.models.chat_format import tools_refused
 from headrace.models.tokenizer import count_with
 from headrace.schemas.errors import EmptyInputError, InputTooLongError, InvalidRequestError
 from headrace.schemas.messages import SCORED, Task
+from headrace.schemas.params import GenerateParams
+
+if TYPE_CHECKING:
+    from headrace.models.registry import ModelSpec
 
 # A text longer than this many characters per token of its limit is refused (or cut) before
 # it is tokenized: no tokenizer's token is longer than a few dozen characters of real text.
@@ -72,6 +78,23 @@ def counted(
         c + (len(g) if g is not None else 0) + (next(second) if p is not None else 0)
         for c, g, p in zip(counts, ids, pairs, strict=False)
     ]
+
+
+def check_generation(generation: GenerateParams, tokenizer: Tokenizer, spec: ModelSpec) -> None:
+    """A generation's parameters against its model: ``logit_bias`` names tokens it has, and
+    tool calls only for a model whose chat template (if any) has a tool format."""
+    if generation.logit_bias:
+        vocab = tokenizer.get_vocab_size()
+        bad = next((t for t, _ in generation.logit_bias if t >= vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(
+                f"logit_bias: token id {bad} is not in {spec.name}'s vocabulary (0..{vocab - 1})"
+            )
+    fmt = generation.response_format
+    if fmt is not None and fmt.type == "tool_calls":
+        refused = tools_refused(spec.chat_template)
+        if refused:
+            raise InvalidRequestError(f"tools: {refused}", param="tools")
 
 
 def asked_task(served: str, generating: bool) -> Task:

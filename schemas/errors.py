@@ -71,6 +71,10 @@ class HeadraceError(Exception):
 class InvalidRequestError(HeadraceError, ValueError):
     code = ErrorCode.invalid_schema
 
+    def __init__(self, message: str = "", *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field it is about, where one is (an API's 400 names it)
+
 
 class EmptyInputError(InvalidRequestError):
     code = ErrorCode.empty_input

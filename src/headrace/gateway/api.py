@@ -203,6 +203,8 @@ def api_error(exc: Exception) -> ApiError:
         return ApiError(429, str(exc), "rate_limit_exceeded")
     if isinstance(exc, TimeoutError):
         return ApiError(504, str(exc) or "no answer in time", "timeout")
-    if isinstance(exc, InvalidRequestError | ValueError):  # ValueError: parameters refused
+    if isinstance(exc, InvalidRequestError):
+        return ApiError(400, str(exc), "invalid_input", param=exc.param)
+    if isinstance(exc, ValueError):  # parameters refused
         return ApiError(400, str(exc), "invalid_input")
     raise exc

@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from headrace.config.settings import Settings
-from headrace.gateway.api import ApiError, KeyPriority, Tenant, api_error
+from headrace.gateway.api import KeyPriority, Tenant, api_error
 from headrace.jobs.openai_answers import generation_body, usage_of, usage_of_all
 from headrace.jobs.openai_bodies import (
     ChatCompletionCreate,
@@ -26,10 +25,8 @@ from headrace.jobs.openai_bodies import (
     Sampling,
 )
 from headrace.jobs.openai_tools import tool_calls_of
-from headrace.models.chat_format import tools_refused
-from headrace.models.registry import resolve
 from headrace.producers.client import Client
-from headrace.schemas.errors import HeadraceError, InvalidRequestError, UnknownModelError
+from headrace.schemas.errors import HeadraceError, InvalidRequestError
 from headrace.schemas.messages import GenerationResult
 from headrace.schemas.params import Priority
 
@@ -41,7 +38,7 @@ def _sse(chunk: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-def completions_router(settings: Settings, client_for: Callable[[str], Client]) -> APIRouter:
+def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
     router = APIRouter()
 
     async def run(
@@ -112,11 +109,7 @@ def completions_router(settings: Settings, client_for: Callable[[str], Client]) 
     async def chat(tenant: Tenant, priority: KeyPriority, body: ChatCompletionCreate) -> Any:
         try:
             prompt = body.prompt()
-            if body.tool_fields().asked():
-                refused = tools_refused(resolve(settings, body.model).chat_template)
-                if refused:
-                    raise ApiError(400, f"tools: {refused}", "invalid_value", param="tools")
-        except (InvalidRequestError, UnknownModelError) as exc:
+        except InvalidRequestError as exc:
             raise api_error(exc) from exc
         rid, out = await run(tenant, prompt, body, body.priority(priority))
         head = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": body.model}

@@ -89,7 +89,7 @@ def create_app(settings: Settings) -> FastAPI:
         return shared[0].for_tenant(tenant)
 
     app.include_router(embeddings_router(client_for))
-    app.include_router(completions_router(settings, client_for))
+    app.include_router(completions_router(client_for))
     app.include_router(scoring_router(client_for))
     app.include_router(models_router(settings))
     app.include_router(files_router(settings, store))
