@@ -14,12 +14,14 @@ import pytest
 import torch
 
 from headrace.config.settings import Settings
+from headrace.jobs.store import JobStore
 from headrace.models.register import register
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from tests.conftest import pipeline_env, unique_prefix
 from tests.gateway.gateway_proc import auth, running_gateway
 from tests.models.scorers import LABELS, build_scorer, reference_scores
+from tests.together import entered_together
 
 pytestmark = pytest.mark.timeout(300)
 QUERY = "where does the water go after the wheel?"
@@ -43,12 +45,13 @@ def served(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Itera
     for task, folder in folders.items():
         register(settings, f"test-{task}", str(folder), "v1")
         (root / task).mkdir()  # its gateway's own folder
-    with (
+    JobStore(sql)  # migrated once, before two gateways start on it at the same time
+    with entered_together(
         Pipeline(env=env_for("rerank", sql)),
         Pipeline(env=env_for("classify", sql)),
-        running_gateway(env_for("rerank", sql), root / "rerank", tenants=("acme",)) as (u1, k1),
-        running_gateway(env_for("classify", sql), root / "classify", tenants=("acme",)) as (u2, k2),
-    ):
+        running_gateway(env_for("rerank", sql), root / "rerank", tenants=("acme",)),
+        running_gateway(env_for("classify", sql), root / "classify", tenants=("acme",)),
+    ) as (_, _, (u1, k1), (u2, k2)):
         yield {
             "rerank": (u1, k1["acme"], folders["rerank"]),
             "classify": (u2, k2["acme"], folders["classify"]),
