@@ -33,7 +33,8 @@ if TYPE_CHECKING:
         RequestTooLargeError,
         UnknownModelError,
     )
-    from headrace.schemas.messages import GenerationResult, Reply, Request, StreamDelta
+    from headrace.schemas.messages import Reply, Request, StreamDelta
+    from headrace.schemas.results import GenerationResult
     from headrace.schemas.params import GenerateParams
 
 __version__ = "0.1.0"
@@ -60,8 +61,8 @@ _MODULES = {
         "UnknownModelError",
     ),
     "headrace.schemas.params": ("GenerateParams",),
+    "headrace.schemas.results": ("GenerationResult",),
     "headrace.schemas.messages": (
-        "GenerationResult",
         "Reply",
         "Request",
         "StreamDelta",
