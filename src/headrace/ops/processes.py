@@ -91,7 +91,10 @@ class Proc:
         return self._ready.is_set()
 
     def start(self, ready_timeout_s: float = 120.0) -> Proc:
-        self.launch()
+        return self.launch().wait_ready(ready_timeout_s)
+
+    def wait_ready(self, ready_timeout_s: float = 120.0) -> Proc:
+        """Wait until it says it is ready (ProcessFailed if it exits or is not in time)."""
         assert self.popen is not None
         pump = self._pump_thread
         deadline = time.monotonic() + ready_timeout_s
@@ -139,10 +142,19 @@ class Proc:
             self.popen.wait(10)
 
     def stop(self, grace_s: float = 10.0) -> None:
-        if not self.alive():
+        self.terminate()
+        self.wait_stopped(grace_s)
+
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM): it finishes what it holds and exits."""
+        if self.alive():
+            assert self.popen is not None
+            self.popen.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, grace_s: float = 10.0) -> None:
+        """Wait for it to exit; past ``grace_s``, kill it."""
+        if self.popen is None:
             return
-        assert self.popen is not None
-        self.popen.send_signal(signal.SIGTERM)
         try:
             self.popen.wait(grace_s)
         except subprocess.TimeoutExpired:
@@ -209,11 +221,12 @@ class Pipeline:
         return urls
 
     def start(self) -> Pipeline:
+        """Every process launched at once, then each waited for until ready."""
         try:
-            for worker in self.workers:
-                worker.start()
-            for dispatcher in self.dispatchers:
-                dispatcher.start()
+            for proc in [*self.workers, *self.dispatchers]:
+                proc.launch()
+            for proc in [*self.workers, *self.dispatchers]:
+                proc.wait_ready()
             if self.targets_file is not None:
                 self.targets_file.parent.mkdir(parents=True, exist_ok=True)
                 self.targets_file.write_text(json.dumps(self.metrics_urls))
@@ -240,10 +253,15 @@ class Pipeline:
         return worker.start() if wait else worker.launch()
 
     def stop(self) -> None:
+        """Every process asked to stop at once, then each waited for: the pipeline takes as
+        long to stop as its slowest process, not their sum."""
         if self.supervisor is not None:
             self.supervisor.stop()
-        for proc in [*self.dispatchers, *self.workers]:
-            proc.stop()
+        procs = [*self.dispatchers, *self.workers]
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait_stopped()
         if self.targets_file is not None:
             self.targets_file.unlink(missing_ok=True)
 
