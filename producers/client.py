@@ -54,7 +54,7 @@ from headrace.producers.inputs import (
     Given,
 )
 from headrace.producers.resend import Resender, Unanswered
-from headrace.producers.submission import Submission, embedding_of
+from headrace.producers.submission import Submission, embedding_of, scores_of
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
@@ -271,6 +271,22 @@ class Client(RequestBuilding, GenerationMixin):
         options.setdefault("vector_encoding", "base64")
         submissions = self.submit_many(texts, **options)
         return [embedding_of(s.result(wait_s)) for s in submissions]
+
+    def rerank(
+        self, query: str, documents: Sequence[str], *, wait_s: float = 120.0, **options: object
+    ) -> list[float]:
+        """Each document's relevance to ``query`` in 0..1, in the documents' order (a
+        pipeline serving a ``rerank`` model); RequestFailedError on an error reply."""
+        submissions = self.submit_many([query] * len(documents), pairs=documents, **options)
+        return [scores_of(s.result(wait_s))["score"] for s in submissions]
+
+    def classify(
+        self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
+    ) -> list[dict[str, float]]:
+        """Each text's probability of each label (a pipeline serving a ``classify`` model;
+        ``pairs=`` for a pair classifier); RequestFailedError on an error reply."""
+        submissions = self.submit_many(texts, **options)
+        return [scores_of(s.result(wait_s)) for s in submissions]
 
     async def aembed(
         self, texts: Sequence[Given], *, wait_s: float = 120.0, **options: object

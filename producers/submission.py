@@ -7,7 +7,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from headrace.schemas.errors import ReplyTimeoutError, RequestFailedError
-from headrace.schemas.messages import EmbeddingResult, Reply, Request
+from headrace.schemas.messages import EmbeddingResult, Reply, Request, ScoreResult
 
 
 @dataclass(frozen=True)
@@ -31,3 +31,12 @@ def embedding_of(reply: Reply) -> list[float]:
         raise RequestFailedError(reply.request_id, reply.error)
     assert isinstance(reply.result, EmbeddingResult)
     return reply.result.vector()
+
+
+def scores_of(reply: Reply) -> dict[str, float]:
+    """The reply's scores by label (a reranker's one is ``score``); RequestFailedError if it
+    is an error reply."""
+    if reply.error is not None:
+        raise RequestFailedError(reply.request_id, reply.error)
+    assert isinstance(reply.result, ScoreResult)
+    return dict(zip(reply.result.labels, reply.result.scores, strict=True))

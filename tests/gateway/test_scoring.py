@@ -18,6 +18,8 @@ from headrace.jobs.store import JobStore
 from headrace.models.register import register
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
+from headrace.producers.client import Client
+from headrace.schemas.errors import InvalidRequestError
 from tests.conftest import pipeline_env, unique_prefix
 from tests.gateway.gateway_proc import auth, running_gateway
 from tests.models.scorers import LABELS, build_scorer, reference_scores
@@ -36,7 +38,7 @@ Served = dict[str, tuple[str, str, Path]]  # task -> (URL, API key, model folder
 @pytest.fixture(scope="module")
 def served(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("scoring")
-    sql = f"sqlite:///{root}/registry.db"
+    sql = REGISTRY["url"] = f"sqlite:///{root}/registry.db"
     folders = {
         "rerank": build_scorer(root / "reranker"),
         "classify": build_scorer(root / "classifier", LABELS),
@@ -67,6 +69,11 @@ def env_for(task: str, sql: str) -> dict[str, str]:
 
 
 PREFIXES: dict[str, str] = {}  # one topic prefix per task's pipeline
+REGISTRY: dict[str, str] = {}  # the module's SQL store (its registry): "url"
+
+
+def sdk_settings(task: str) -> Settings:
+    return Settings(topic_prefix=PREFIXES[task], sql_url=REGISTRY["url"])
 
 
 def post(served: Served, task: str, body: dict[str, Any]) -> httpx.Response:
@@ -129,3 +136,19 @@ def test_requests_a_model_cannot_serve_are_refused_by_field(served: Served) -> N
         {"model": "test-rerank", "query": QUERY, "documents": [long_document], "truncate": True},
     )
     assert cut.status_code == 200 and cut.json()["usage"]["total_tokens"] <= 512
+
+
+def test_the_sdk_ranks_and_classifies_through_the_same_pipelines(served: Served) -> None:
+    with Client(sdk_settings("rerank"), tenant="sdk") as client:
+        scores = client.rerank(QUERY, DOCUMENTS, model="test-rerank")
+    want = reference_scores(served["rerank"][2], [QUERY] * 3, DOCUMENTS, rerank=True)[:, 0]
+    assert scores == pytest.approx(want.tolist(), abs=1e-4)
+    with Client(sdk_settings("classify"), tenant="sdk") as client:
+        [probs] = client.classify([QUERY], model="test-classify")
+        with pytest.raises(InvalidRequestError):  # an empty second text
+            client.prepare([QUERY], model="test-classify", pairs=[""])
+        with pytest.raises(InvalidRequestError):  # a classifier is not a text generator
+            client.generate(QUERY, model="test-classify")
+    expected = reference_scores(served["classify"][2], [QUERY], [None], rerank=False)[0]
+    assert list(probs) == list(LABELS)
+    assert list(probs.values()) == pytest.approx(expected.tolist(), abs=1e-4)
