@@ -34,8 +34,8 @@ if TYPE_CHECKING:
         UnknownModelError,
     )
     from headrace.schemas.messages import Reply, Request, StreamDelta
-    from headrace.schemas.results import GenerationResult
     from headrace.schemas.params import GenerateParams
+    from headrace.schemas.results import GenerationResult
 
 __version__ = "0.1.0"
 
