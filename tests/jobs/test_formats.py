@@ -16,6 +16,7 @@ from headrace.jobs.formats import (
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import EmbeddingResult, GenerationResult, Usage
 from headrace.schemas.params import GenerateParams
+from headrace.schemas.tool_calls import write_call
 
 
 def openai(custom_id: str, body: dict[str, object], url: str = "/v1/embeddings") -> str:
@@ -165,3 +166,31 @@ def test_a_batch_line_asking_for_structured_output_carries_it_and_a_bad_schema_i
     fmt["json_schema"] = {"name": "answer", "schema": {"type": "frob"}}
     bad = parse_line(openai("s2", body, url=chat), 2, "openai", chat)
     assert isinstance(bad, Invalid) and "response_format" in bad.reason
+
+
+def test_a_batch_line_with_tools_carries_their_grammar_and_answers_tool_calls() -> None:
+    chat = "/v1/chat/completions"
+    tool = {"type": "function", "function": {"name": "now"}}
+    body = {
+        "model": "lm",
+        "messages": [{"role": "user", "content": "What time is it?"}],
+        "tools": [tool],
+        "tool_choice": "required",
+    }
+    work = parse_line(openai("t1", body, url=chat), 1, "openai", chat)
+    assert isinstance(work, Work) and work.generation is not None
+    fmt = work.generation.response_format
+    assert fmt is not None and fmt.type == "tool_calls" and fmt.tool_choice == "required"
+    assert work.text.startswith("tools: ")  # the functions are in the transcript
+    called = GenerationResult(
+        text=write_call("now", {}),
+        finish_reason="tool_calls",
+        usage=Usage(prompt_tokens=9, completion_tokens=12),
+    )
+    line = json.loads(success_line("batch_t", 1, "t1", "batch_t-1", "lm", called, chat))
+    choice = line["response"]["body"]["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["tool_calls"][0]["function"] == {"name": "now", "arguments": "{}"}
+    body["tool_choice"] = {"type": "function", "function": {"name": "later"}}
+    bad = parse_line(openai("t2", body, url=chat), 2, "openai", chat)
+    assert isinstance(bad, Invalid) and "tool_choice" in bad.reason
