@@ -100,28 +100,20 @@ class RecordsIn:
         pair, its two texts' counts (at most a token over the pair's own: BERT's shares its
         [CLS])."""
         requests = [p for p in parsed if isinstance(p, Request)]
-        inputs = [p.input for p in requests] + [
-            p.input_pair or "" for p in requests if p.input_pair
-        ]
+        texts = [t for p in requests for t in _texts(p)]
         try:
-            counted = iter(self.count_tokens(inputs) if inputs else [])
-            own = [next(counted) + _given(p) for p in requests]
-            own = [
-                c + (next(counted) if p.input_pair else 0)
-                for c, p in zip(own, requests, strict=True)
-            ]
-            mine = iter(own)
-            return [next(mine) if isinstance(p, Request) else 0 for p in parsed]
+            counted = iter(self.count_tokens(texts) if texts else [])
+            own = iter([sum(next(counted) for _ in _texts(p)) + _given(p) for p in requests])
+            return [next(own) if isinstance(p, Request) else 0 for p in parsed]
         except Exception:
-            log.warning("counting %d requests together failed; one at a time", len(inputs))
+            log.warning("counting %d requests together failed; one at a time", len(requests))
         counts = []
         for k, p in enumerate(parsed):
             if not isinstance(p, Request):
                 counts.append(0)
                 continue
             try:
-                texts = [p.input] + ([p.input_pair] if p.input_pair else [])
-                counts.append(sum(self.count_tokens(texts)) + _given(p))
+                counts.append(sum(self.count_tokens(_texts(p))) + _given(p))
             except Exception as exc:
                 message = f"its input could not be tokenized: {type(exc).__name__}"
                 parsed[k] = Rejection(
@@ -374,6 +366,11 @@ class RecordsIn:
             self._admit(held.request, ref, held.bucket, held.tokens, held.wall_time, None)
         elif held.pending is not None:
             self.flights.queue(held.bucket, [held.pending])
+
+
+def _texts(request: Request) -> list[str]:
+    """The texts a request's tokens are counted from: its input, and its pair's second."""
+    return [request.input] if request.input_pair is None else [request.input, request.input_pair]
 
 
 def _given(request: Request) -> int:

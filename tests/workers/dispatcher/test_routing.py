@@ -75,6 +75,15 @@ def test_an_input_given_as_token_ids_counts_them_and_the_special_tokens() -> Non
     assert ids(send) == ["few"]
 
 
+def test_a_pair_counts_as_its_two_texts() -> None:
+    rig = Rig()
+    rig.workers()
+    pair = " ".join(["word"] * 10)  # 12 tokens as the rig counts, beside the input's 7
+    ranked = rig.request("pair", bucket=16, tokens=7, task="rerank", input_pair=pair)
+    [forward] = of(ev.Forward, rig.read(ranked))
+    assert forward.topic == TOPICS.requests(32)  # 19 tokens: past 16
+
+
 def test_a_request_on_the_unbucketed_topic_goes_to_its_bucket() -> None:
     rig = Rig()
     [forward] = of(ev.Forward, rig.read(rig.request("plain", bucket=None, tokens=10, hint=None)))
