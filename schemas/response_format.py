@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from headrace.schemas.tool_calls import ToolChoice, tools_grammar
+from headrace.schemas.tool_calls import CLOSE, OPEN, ToolChoice
 
 MAX_SCHEMA_CHARS = 32_768
 # compact JSON, spaced as OpenAI's models write it
@@ -105,3 +105,21 @@ def grammar_problem(grammar: str) -> str:
     from llguidance import LLMatcher
 
     return str(LLMatcher.validate_grammar(grammar))
+
+
+@lru_cache(maxsize=256)
+def tools_grammar(schema_text: str, choice: ToolChoice, parallel: bool) -> str:
+    """The Lark grammar of a generation that calls tools: one call (or, ``parallel``, one
+    or more) of ``schema_text``'s JSON; with ``auto``, a text not opening with ``<`` is the
+    other way out."""
+    schema = {**json.loads(schema_text), "x-guidance": JSON_OPTIONS}
+    calls = "call+" if parallel else "call"
+    start = f"start: {calls}" if choice == "required" else f"start: {calls} | TEXT"
+    return "\n".join(
+        [
+            "%llguidance {}",
+            start,
+            f'call: "{OPEN}" %json {json.dumps(schema)} "{CLOSE}"',
+            r"TEXT: /[^<][\s\S]*/",
+        ]
+    )

@@ -1,27 +1,25 @@
-"""Tool calls as generated text: how a call is written, the grammar that makes every call
-well formed, and how a finished text is read back as calls.
+"""Tool calls as generated text: how a call is written, the schema every call is generated
+under, and how a finished text is read back as calls.
 
 A call is ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, the format of
 headrace's chat transcript (``sessions.prompt``), and a generation that calls tools is one
-or more of them and nothing else. The grammar is llguidance's Lark with each call's JSON
-embedded (``%json``): the arguments are valid against the tool's ``parameters`` schema token
-by token, as structured output's are. With ``tool_choice`` ``auto`` the model may answer
-text instead, which then must not open with ``<``, so a text is never half a call.
+or more of them and nothing else. Its grammar (``schemas.response_format.tools_grammar``)
+is llguidance's Lark with each call's JSON embedded (``%json``): the arguments are valid
+against the tool's ``parameters`` schema token by token, as structured output's are. With
+``tool_choice`` ``auto`` the model may answer text instead, which then must not open with
+``<``, so a text is never half a call.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
 ToolChoice = Literal["auto", "required"]
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-# compact JSON spaced as OpenAI's models write it (``schemas.response_format.JSON_OPTIONS``)
-X_GUIDANCE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -46,24 +44,6 @@ def call_schema(functions: list[tuple[str, dict[str, Any] | None]]) -> dict[str,
         for name, parameters in functions
     ]
     return each[0] if len(each) == 1 else {"anyOf": each}
-
-
-@lru_cache(maxsize=256)
-def tools_grammar(schema_text: str, choice: ToolChoice, parallel: bool) -> str:
-    """The Lark grammar of a generation that calls tools: one call (or, ``parallel``, one
-    or more) of ``schema_text``'s JSON; with ``auto``, a text not opening with ``<`` is the
-    other way out."""
-    schema = {**json.loads(schema_text), "x-guidance": X_GUIDANCE}
-    calls = "call+" if parallel else "call"
-    start = f"start: {calls}" if choice == "required" else f"start: {calls} | TEXT"
-    return "\n".join(
-        [
-            "%llguidance {}",
-            start,
-            f'call: "{OPEN}" %json {json.dumps(schema)} "{CLOSE}"',
-            r"TEXT: /[^<][\s\S]*/",
-        ]
-    )
 
 
 def write_call(name: str, arguments: dict[str, Any]) -> str:

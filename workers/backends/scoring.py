@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from headrace.models.manifest import labels_of
 from headrace.models.tokenizer import load_tokenizer
 from headrace.workers.backends.base import EncodedItem
 from headrace.workers.backends.embedding import EmbeddingBackend, padded_batch
@@ -32,13 +33,7 @@ class ScoreBackend(EmbeddingBackend):
             raise ValueError(f"task {task!r}: rerank or classify")
         self.task = task
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-        named = config.get("id2label") or {}
-        self.labels = (
-            ["score"]
-            if task == "rerank"
-            else [str(named[k]) for k in sorted(named, key=int)]
-            or [f"LABEL_{i}" for i in range(int(config.get("num_labels", 2)))]
-        )
+        self.labels = ["score"] if task == "rerank" else labels_of(config)
         self._cutting = load_tokenizer(model_dir)
         self._cutting.enable_truncation(max_tokens, strategy="longest_first")
 
@@ -57,18 +52,12 @@ class ScoreBackend(EmbeddingBackend):
         inputs: list[Any] = [t if p is None else (t, p) for t, p in zip(texts, pairs, strict=True)]
         items = []
         for k, encoding in enumerate(self.tokenizer.encode_batch(inputs)):
-            if len(encoding.ids) > self.max_tokens:
-                if not truncate[k]:
-                    items.append(EncodedItem(ids=[], token_count=len(encoding.ids), too_long=True))
-                    continue
-                encoding = (
-                    self._cutting.encode(*inputs[k])
-                    if pairs[k]
-                    else (self._cutting.encode(texts[k]))
-                )
-                items.append(_item(encoding, truncated=True))
-                continue
-            items.append(_item(encoding))
+            if len(encoding.ids) <= self.max_tokens:
+                items.append(_item(encoding))
+            elif truncate[k]:
+                items.append(_item(self._cutting.encode(texts[k], pairs[k]), truncated=True))
+            else:
+                items.append(EncodedItem(ids=[], token_count=len(encoding.ids), too_long=True))
         return items
 
     def score(self, items: list[EncodedItem]) -> tuple[npt.NDArray[np.float32], int, int]:
