@@ -52,11 +52,12 @@ def token_ids(given: Sequence[Given], tokenizer: Tokenizer, model: str) -> list[
             continue
         ids = [int(t) for t in item]
         if not ids:
-            raise EmptyInputError(f"input {i} has no token ids")
+            raise EmptyInputError(f"input {i} has no token ids", param="input")
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise InvalidRequestError(
-                f"input {i}: token id {bad} is not in {model}'s vocabulary (0..{vocab - 1})"
+                f"input {i}: token id {bad} is not in {model}'s vocabulary (0..{vocab - 1})",
+                param="input",
             )
         out.append(ids)
     return out
