@@ -73,11 +73,11 @@ def counted(
     around a text (an input given as ids has the text ``""``: its count is those tokens);
     with a pair, both texts' counts, as the dispatcher counts them (at most a token over
     the pair's own)."""
-    counts = count_with(tokenizer, [*texts, *(p for p in pairs if p is not None)])
-    second = iter(counts[len(texts) :])
+    groups = [[t] if p is None else [t, p] for t, p in zip(texts, pairs, strict=True)]
+    counts = iter(count_with(tokenizer, [t for group in groups for t in group]))
     return [
-        c + (len(g) if g is not None else 0) + (next(second) if p is not None else 0)
-        for c, g, p in zip(counts, ids, pairs, strict=False)
+        sum(next(counts) for _ in group) + (len(g) if g is not None else 0)
+        for group, g in zip(groups, ids, strict=True)
     ]
 
 

@@ -29,6 +29,7 @@ from tests.conftest import pipeline_env, unique_prefix
 from tests.eventually import eventually
 from tests.gateway.gateway_proc import auth, completed_job, finished, running_gateway
 from tests.integration.topics import read_topic
+from tests.tool_schemas import FLOW, NO_ARGUMENTS
 
 pytestmark = pytest.mark.timeout(300)
 PREFIX = [""]  # the module's pipeline's topic prefix
@@ -491,20 +492,11 @@ def test_logprobs_with_the_official_sdk_chat_and_completions(
     sdk.close()
 
 
-FLOW = {
-    "type": "object",
-    "properties": {
-        "race": {"enum": ["head", "tail"]},
-        "hours": {"type": "integer", "minimum": 1, "maximum": 48},
-    },
-    "required": ["race", "hours"],
-    "additionalProperties": False,
-}
 TOOLS = [
     {"type": "function", "function": {"name": "get_flow", "parameters": FLOW, "strict": True}},
     {"type": "function", "function": {"name": "stop_wheel", "description": "Stops the wheel"}},
 ]
-ARGUMENTS = {"get_flow": FLOW, "stop_wheel": {"type": "object", "maxProperties": 0}}
+ARGUMENTS = {"get_flow": FLOW, "stop_wheel": NO_ARGUMENTS}
 
 
 def called(message: Any) -> list[tuple[str, dict[str, Any]]]:

@@ -88,15 +88,18 @@ def scoring_router(client_for: Callable[[str], Client]) -> APIRouter:
     async def rerank(tenant: Tenant, priority: KeyPriority, body: RerankCreate) -> dict[str, Any]:
         client = client_serving(tenant, body.model, "rerank")
         documents = body.document_texts()
-        results = await results_of(
-            client,
-            [body.query] * len(documents),
-            pairs=documents,
-            model=body.model,
-            truncate=body.truncate,
-            priority=priority,
-        )
-        scores = [_scored(r).scores[0] for r in results]
+        results = [
+            _scored(r)
+            for r in await results_of(
+                client,
+                [body.query] * len(documents),
+                pairs=documents,
+                model=body.model,
+                truncate=body.truncate,
+                priority=priority,
+            )
+        ]
+        scores = [r.scores[0] for r in results]
         order = sorted(range(len(documents)), key=lambda k: -scores[k])[: body.top_n]
         return {
             "id": f"rerank-{uuid.uuid4().hex}",
@@ -106,7 +109,7 @@ def scoring_router(client_for: Callable[[str], Client]) -> APIRouter:
                 | ({"document": {"text": documents[k]}} if body.return_documents else {})
                 for k in order
             ],
-            "usage": {"total_tokens": sum(_scored(r).token_count for r in results)},
+            "usage": {"total_tokens": sum(r.token_count for r in results)},
         }
 
     @router.post("/v1/classify")

@@ -16,23 +16,11 @@ from headrace.schemas.params import GenerateParams
 from headrace.schemas.response_format import ResponseFormat
 from headrace.schemas.tool_calls import OPEN, ToolChoice, call_schema, read_calls
 from headrace.workers.backends.generation import GenerationBackend
+from tests.tool_schemas import FLOW, GATE, NO_ARGUMENTS
 
 TOOLS: dict[str, dict[str, Any] | None] = {
-    "get_flow": {
-        "type": "object",
-        "properties": {
-            "race": {"enum": ["head", "tail"]},
-            "hours": {"type": "integer", "minimum": 1, "maximum": 48},
-        },
-        "required": ["race", "hours"],
-        "additionalProperties": False,
-    },
-    "open_sluice": {
-        "type": "object",
-        "properties": {"gate": {"type": "string", "maxLength": 8}},
-        "required": ["gate"],
-        "additionalProperties": False,
-    },
+    "get_flow": FLOW,
+    "open_sluice": GATE,
     "stop_wheel": None,  # no parameters
 }
 SEEDS = 10
@@ -50,7 +38,7 @@ def tool_format(choice: ToolChoice, parallel: bool) -> ResponseFormat:
 
 def check_call(name: str, arguments: dict[str, Any]) -> None:
     assert name in TOOLS
-    jsonschema.validate(arguments, TOOLS[name] or {"type": "object", "maxProperties": 0})
+    jsonschema.validate(arguments, TOOLS[name] or NO_ARGUMENTS)
 
 
 @pytest.mark.parametrize("mode", ["static", "continuous"])
