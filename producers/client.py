@@ -40,7 +40,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
 
-from headrace.cache.requests import request_key, request_scopes
+from headrace.cache.requests import request_key, request_scopes, shared_key
 from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
@@ -243,7 +243,7 @@ class Client(RequestBuilding, GenerationMixin):
             self._producer.send(
                 topic,
                 request.model_dump_json().encode(),
-                key=request.request_id.encode(),
+                key=record_key(request),
                 headers=headers_of(traceparent),
             )
 
@@ -390,3 +390,10 @@ class Client(RequestBuilding, GenerationMixin):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def record_key(request: Request) -> bytes:
+    """A request record's key, which picks its partition: its ``shared_key`` where it has
+    one, so identical requests meet in one partition, read by one dispatcher, and are
+    computed once (``coalescing``); else its id."""
+    return (shared_key(request) or request.request_id).encode()

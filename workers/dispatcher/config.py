@@ -67,6 +67,7 @@ class CoreConfig:
         "fair_quantum_tokens"
     )  # None: a 16th of the lane's batch budget
     fair_read_ahead_tokens: int = default("fair_read_ahead_tokens")
+    coalesce: bool = default("cache_coalesce")  # identical requests share one computation
 
     def batcher(self, lane: Lane, clock: Callable[[], float]) -> Batcher[Pending]:
         """A bucket's batcher for ``lane``: the packer, or the arrival-order rule."""
@@ -128,6 +129,7 @@ class CoreConfig:
             fair_share=settings.fair_share,
             fair_quantum_tokens=settings.fair_quantum_tokens,
             fair_read_ahead_tokens=settings.fair_read_ahead_tokens,
+            coalesce=settings.cache_coalesce,
             lanes=LanePolicy(
                 reserved_workers=settings.bulk_reserved_workers,
                 starvation_s=settings.bulk_starvation_s,

@@ -24,6 +24,7 @@ from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.bulk_share import BulkShare
+from headrace.workers.dispatcher.coalescing import Coalescer
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.deferrals import Deferrals
 from headrace.workers.dispatcher.fair import FairBatcher
@@ -33,6 +34,7 @@ from headrace.workers.dispatcher.flights import (
     Pending,
     ref_key,
 )
+from headrace.workers.dispatcher.followers import Followers
 from headrace.workers.dispatcher.health import BucketHealth
 from headrace.workers.dispatcher.lanes import next_lane
 from headrace.workers.dispatcher.observer import Observer
@@ -105,6 +107,18 @@ class DispatcherCore:
             config, self.flights, self.versions, self.stats, self.observer, clock, wall_clock
         )
         self.refusals = Refusals()
+        self.coalescer = Coalescer(config.coalesce)
+        self.followers = Followers(
+            self.coalescer,
+            self.flights,
+            self.batchers,
+            self.bucket_of_topic,
+            self.refusals,
+            self.cancelled,
+            self.stats,
+            clock,
+            wall_clock,
+        )
         self.quotas = Quotas(config.limits, self.drain_s, clock, self._own_online_backlog)
         self.records_in = RecordsIn(
             config,
@@ -121,6 +135,7 @@ class DispatcherCore:
             self.quotas,
             self.expected_wait_s,
             reply_topic_exists,
+            self.coalescer,
         )
         self._last_commit = clock()
         self._state_logged = clock()
@@ -134,6 +149,7 @@ class DispatcherCore:
             case ev.Cancelled():
                 for key in event.keys:
                     self.cancelled[key] = None
+                    self.followers.drop(key, out)
             case ev.CompletionsRead():
                 self._completions(event.completions)
             case ev.WorkersSeen():
@@ -168,8 +184,12 @@ class DispatcherCore:
                 self.versions.seen_policy(event.stable, event.policy, event.revision)
             case ev.TenantKeysRead():
                 self.records_in.tenant_keys = event.keys
+            case ev.NotShared():
+                self.followers.not_shared(event.refs)
             case ev.Tick():
                 self._tick(out)
+        if self.followers.active:
+            self.followers.after(out)
         self.observer.in_flight(self.flights.counts())
         return [a for a in out if not (isinstance(a, ev.Commit) and not a.offsets)]
 
@@ -254,13 +274,15 @@ class DispatcherCore:
             f"unanswered {f.waiting_count()} (tracked offsets {f.tracker.pending_count()}): "
             f"open {sum(len(b) for b in self.batchers.values())}, ready {f.total_ready()} "
             f"batches, in flight {f.in_flight_total()} batches ({f.counts()}), "
-            f"paused buckets {sorted(self.paused)}, settling {self.recovery.settling} scans"
+            f"paused buckets {sorted(self.paused)}, settling {self.recovery.settling} scans, "
+            f"{len(self.coalescer)} waiting on an identical request"
         )
 
     # --- batches out ---------------------------------------------------------------------------
     def _tick(self, out: list[ev.Action]) -> None:
         self._exhaust(self.recovery.check_leases(self.live), out)
         self._release_held()
+        self.followers.sweep(out)
         self._flush_due(out)
         if self.quotas.due():
             out.append(ev.SyncLimits(*self.quotas.take_unsynced()))
@@ -420,7 +442,9 @@ class DispatcherCore:
             return dropped
 
         held = self.deferrals.forget(set(partitions))
-        self.flights.forget(partitions, lambda gone: drain(gone) + held)
+        self.flights.forget(
+            partitions, lambda gone: drain(gone) + held + self.coalescer.forget(gone)
+        )
 
     def _set_paused(self, bucket: int, lane: Lane, pause: bool, out: list[ev.Action]) -> None:
         if pause == ((bucket, lane) in self.paused):

@@ -7,7 +7,7 @@ replies, records forwarded to their proper bucket, commits, pauses, seeks, reply
 scans). An action whose outcome the core must know comes back as an event: an answer
 deferred to the worker holding its request (``AnswerDeferred``), answers and forwards the
 broker acknowledged (``AnswersDelivered``), a batch the queue refused (``BatchNotSent``), a
-scan's findings (``Settled``).
+scan's findings (``Settled``), results a ``Share`` did not find (``NotShared``).
 """
 
 from __future__ import annotations
@@ -169,6 +169,13 @@ class TenantKeysRead:
 
 
 @dataclass(frozen=True)
+class NotShared:
+    """What a ``Share`` found no result for: these requests are computed on their own."""
+
+    refs: Sequence[RecordRef]
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed (the core reads its own clock): batches due, leases, commits."""
 
@@ -191,6 +198,7 @@ Event = (
     | BacklogSeen
     | TrafficSeen
     | TenantKeysRead
+    | NotShared
     | Tick
 )
 
@@ -237,6 +245,18 @@ class LookUpCache:
     request: Request
     reason: Literal["no_workers", "failing", "late"]
     otherwise: Answer
+
+
+@dataclass(frozen=True)
+class Share:
+    """In-flight coalescing (``coalescing``): ``leader`` was answered; answer each of
+    ``answers`` (requests identical to it that waited on its computation) with the result
+    the cache holds for the leader's key under ``version`` (None: the version a client
+    would look up), or, where there is none, say ``NotShared``."""
+
+    leader: Request
+    version: str | None
+    answers: Sequence[Answer]
 
 
 @dataclass(frozen=True)
@@ -290,5 +310,14 @@ class SyncLimits:
 
 
 Action = (
-    SendBatch | Answer | LookUpCache | Forward | Commit | Seek | SetPaused | Settle | SyncLimits
+    SendBatch
+    | Answer
+    | LookUpCache
+    | Share
+    | Forward
+    | Commit
+    | Seek
+    | SetPaused
+    | Settle
+    | SyncLimits
 )

@@ -29,6 +29,7 @@ class Pending:
     solo_failures: int = 0  # ... of those, the ones where it was alone in its batch
     lane: Lane = "online"  # the lane of the topic its record came from
     deferrals: int = 0  # times a worker found another attempt answering it
+    alone: bool = False  # computed on its own: never waits on an identical one (coalescing)
 
     @property
     def key(self) -> RequestKey:
@@ -84,6 +85,7 @@ class Flights:
         }
         self._in_flight: dict[str, InFlight] = {}
         self._counted: Counter[tuple[int, Lane]] = Counter()
+        self.on_finish: Callable[[RefKey], None] | None = None  # each record answered
 
     # --- requests -------------------------------------------------------------------------
     def hold(self, ref: RecordRef, key: RequestKey) -> bool:
@@ -110,6 +112,8 @@ class Flights:
         for each in refs:
             self._owner_of.pop(ref_key(each), None)
             self.tracker.done((each.topic, each.partition), each.offset)
+            if self.on_finish is not None:
+                self.on_finish(ref_key(each))
 
     def alive(self, pendings: Iterator[Pending] | list[Pending]) -> list[Pending]:
         """Those of ``pendings`` still unanswered."""

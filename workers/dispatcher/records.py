@@ -21,6 +21,7 @@ from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
 from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.coalescing import Coalescer
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.fair import FairBatcher
 from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
@@ -53,9 +54,12 @@ class RecordsIn:
         quotas: Quotas,
         expected_wait_s: Callable[[int], float | None] = lambda _: None,
         reply_topic_exists: Callable[[str], bool] = lambda _: True,
+        coalescer: Coalescer | None = None,
     ) -> None:
-        """``expected_wait_s``: what the work queued in a bucket needs (None: not known)."""
+        """``expected_wait_s``: what the work queued in a bucket needs (None: not known).
+        ``coalescer``: identical requests in flight (none: each is computed)."""
         self.config = config
+        self.coalescer = coalescer if coalescer is not None else Coalescer(enabled=False)
         self.tenant_keys: Keys = config.tenant_keys  # replaced when the key folder changes
         self.expected_wait_s = expected_wait_s
         self.reply_topic_exists = reply_topic_exists
@@ -278,13 +282,16 @@ class RecordsIn:
             self.stats.duplicates += 1
             self.observer.record("duplicate")
             return
-        self.observer.record("accepted")
         item = BatchItem.model_construct(  # of parts already checked: not validated again
             request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent
         )
         lane = self.lane_of_topic[ref.topic]
         self.quotas.admitted(request.tenant, tokens, lane, wall_time)
         pending = Pending(item, tokens, lane=lane)
+        if self.coalescer.attach(pending):  # an identical request is computed already
+            self.observer.record("coalesced")
+            return
+        self.observer.record("accepted")
         for batch in self.batchers[bucket, lane].add(pending, pending.tokens):
             self.flights.queue(bucket, batch)
 

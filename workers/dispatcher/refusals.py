@@ -5,9 +5,11 @@
 - a request that fails admission (unknown model, expired, too long, cancelled, bucket
   unavailable), one a rung of the degradation ladder answers (a cached or canned result,
   ``ladder``), one cancelled while it waited, one given up on after failing alone
-  (``redelivery_exhausted``, dead-lettered too).
+  (``redelivery_exhausted``, dead-lettered too);
+- a request that waited on an identical one's computation (``coalescing``): answered with
+  its result.
 
-The last three may be *deferred*: if a worker holds the request when the shell claims it,
+The last four may be *deferred*: if a worker holds the request when the shell claims it,
 the worker answers it, and the request goes back to the core (``AnswerDeferred``): queued
 as if admitted, or sent again.
 """
@@ -92,10 +94,15 @@ class Refusals:
         return replace(_answer(request, ref, None), result=result, degraded=degraded)
 
     def cancelled(self, pending: Pending, bucket: int) -> Answer:
+        info = ErrorInfo(code=ErrorCode.cancelled, message="cancelled before compute")
+        return self.dropped(pending, bucket, info)
+
+    def dropped(self, pending: Pending, bucket: int, error: ErrorInfo | None) -> Answer:
+        """A request admitted and held, answered before it was computed: with ``error``, or
+        (None) with a result the shell fills in (a coalesced request's leader's)."""
         request, ref = pending.item.request, pending.item.ref
         self._deferrable[ref_key(ref)] = Deferrable("requeue", request, bucket, pending=pending)
-        info = ErrorInfo(code=ErrorCode.cancelled, message="cancelled before compute")
-        return _answer(request, ref, info)
+        return _answer(request, ref, error)
 
     def exhausted(self, pending: Pending, bucket: int) -> Answer:
         request, ref = pending.item.request, pending.item.ref

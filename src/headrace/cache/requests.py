@@ -30,19 +30,32 @@ def request_scopes(request: Request, model_version: str) -> list[str]:
     return entry_scopes(request.tenant, request.model, model_version, tags)
 
 
+def repeats(request: Request) -> bool:
+    """Whether the same request gives the same result: any embedding or score; a generation
+    only when deterministic (``GenerateParams.deterministic``) and outside a conversation
+    (its history is not in the key)."""
+    params = request.params
+    if not isinstance(params, GenerateParams):
+        return True
+    return params.deterministic() and request.session_id is None
+
+
+def shared_key(request: Request) -> str | None:
+    """What makes two requests one computation, whatever the version that computes it: their
+    cache key under no version; None for a request no result may serve twice (no cache
+    directive, or it does not ``repeat``). Producers key such a request's record by it, so
+    identical requests meet in one partition, read by one dispatcher (``coalescing``)."""
+    if request.cache is None or not repeats(request):
+        return None
+    return request_key(request, "")
+
+
 def cacheable(request: Request, result: Result) -> bool:
-    """Whether ``result`` may serve the same request again: any embedding; a generation
-    only when deterministic (``GenerateParams.deterministic``), outside a conversation
-    (its history is not in the key) and not cut short by a cancel."""
+    """Whether ``result`` may serve the same request again: the request ``repeats``, and a
+    generation was not cut short by a cancel."""
     if not isinstance(result, GenerationResult):  # an embedding, a score: as the input is
         return True
-    params = request.params
-    return (
-        isinstance(params, GenerateParams)
-        and params.deterministic()
-        and request.session_id is None
-        and result.finish_reason != "abort"
-    )
+    return repeats(request) and result.finish_reason != "abort"
 
 
 def result_entry(

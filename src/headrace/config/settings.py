@@ -305,6 +305,9 @@ class Settings(BaseSettings):
     cache_l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)  # per process; 0: no L1
     cache_s3_bucket: str = "headrace-cache"  # L3; "" turns L3 off
     cache_timeout_s: float = Field(default=0.5, gt=0)  # a tier slower than this is skipped
+    # A request identical to one being computed (same cache key and generations, lane and
+    # priority) waits on that computation and is answered with its result (docs/cache.md).
+    cache_coalesce: bool = True
     # Expiry per entry class (a request names its class; "default" otherwise).
     cache_classes: dict[str, ExpiryPolicy] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
     # Events on upstream topics that invalidate tags (read by `headrace invalidator`).

@@ -43,6 +43,7 @@ from headrace.workers.dispatcher.events import (
     LimitsNotSynced,
     LimitsSynced,
     LookUpCache,
+    NotShared,
     PartitionsLost,
     PartitionsRevoked,
     RecordsRead,
@@ -51,6 +52,7 @@ from headrace.workers.dispatcher.events import (
     SendBatch,
     SetPaused,
     Settle,
+    Share,
     StateLost,
     StateUnavailable,
     SyncLimits,
@@ -185,7 +187,8 @@ class Dispatcher:
     def step(self) -> None:
         awaited, flood = self.core.awaiting()
         self.reader.expect(awaited=awaited, flood=flood)
-        polled = self.reader.poll(self.core.poll_timeout_ms(self.answers.pending))
+        answering = self.answers.pending or self.cache_rung.pending
+        polled = self.reader.poll(self.core.poll_timeout_ms(answering))
         if polled and self.settings.fault_dispatcher_stall_marker is not None:
             stall_on(self.settings.fault_dispatcher_stall_marker, polled)
         if polled:
@@ -199,8 +202,11 @@ class Dispatcher:
         self._guarded(self._housekeeping)
         for settled in self.settler.results():
             self.handle(settled)
-        for answer in self.cache_rung.results():
-            for follow in self._carry_out([answer]):
+        for found in self.cache_rung.results():
+            if isinstance(found, NotShared):
+                self.handle(found)
+                continue
+            for follow in self._carry_out([found]):
                 self.handle(follow)
         if self.report_requested.is_set():
             self.report_requested.clear()
@@ -249,6 +255,8 @@ class Dispatcher:
                     self.settler.submit(action)
                 case LookUpCache():
                     self.cache_rung.submit(action)
+                case Share():
+                    self.cache_rung.share(action)
                 case SyncLimits():
                     follow.append(self._sync_limits(action))
         # first in line again in their order: the last one goes to the front first
