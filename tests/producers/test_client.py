@@ -11,9 +11,9 @@ import pytest
 
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
-from headrace.producers.client import Client
+from headrace.producers.client import Client, record_key
 from headrace.schemas.errors import BackpressureError, InvalidRequestError, ReplyTimeoutError
-from headrace.schemas.messages import Control, EmbeddingResult, Reply, Request
+from headrace.schemas.messages import CacheDirective, Control, EmbeddingResult, Reply, Request
 from headrace.schemas.signing import control_signature, request_signature
 from headrace.schemas.topics import Topics
 from headrace.transport import BROKER_GUARANTEES
@@ -207,3 +207,26 @@ def test_a_batch_request_rides_the_bulk_lane_and_the_others_the_client_s_own() -
     online = requests_on(transport, topics.requests(16))
     assert sorted(r.priority for r in bulk) == ["batch", "batch"]
     assert [r.priority for r in online] == ["sheddable"]
+
+
+def test_a_record_is_keyed_by_its_content_where_its_result_may_serve_an_identical_one() -> None:
+    """Identical cacheable requests meet in one partition (one dispatcher coalesces them);
+    any other request is keyed by its id."""
+
+    def request(request_id: str, **fields: object) -> Request:
+        base: dict[str, object] = {
+            "tenant": "acme",
+            "model": "m",
+            "input": "a text",
+            "reply_to": "t.replies.default",
+            "cache": CacheDirective(),
+        }
+        return Request.model_validate({"request_id": request_id, **base, **fields})
+
+    a, b = record_key(request("r1")), record_key(request("r2"))
+    assert a == b and a != b"r1"
+    assert record_key(request("r3", tenant="other")) != a  # never across tenants
+    assert record_key(request("r4", input="another text")) != a
+    assert record_key(request("r5", cache=None)) == b"r5"  # its client reads no cache
+    sampled = {"task": "generate", "params": {"temperature": 0.8}}
+    assert record_key(request("r6", **sampled)) == b"r6"  # would not repeat

@@ -9,6 +9,8 @@ answered, its followers go out in one ``Share``: the shell answers each of them,
 own request id and reply topic, with the result the worker wrote to the cache for the
 leader. If there is none (the leader failed, was cancelled, or its result could not be
 written), the shell says ``NotShared`` and the followers are computed, each on its own.
+For ``RECENT_S`` after, a request identical to an answered leader (its client looked the
+cache up before the result was written) is answered the same way.
 
 Only requests that carry a cache directive are coalesced (their client reads the cache, so
 the same result may serve them again, ``cache.requests.repeats``): a follower gets what a
@@ -17,14 +19,20 @@ cache hit would have given it. A follower keeps its own cancellation and deadlin
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from cachetools import TTLCache
 
 from headrace.cache.requests import shared_key
 from headrace.schemas.messages import RecordRef, Request
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher.events import RequestKey
 from headrace.workers.dispatcher.flights import Pending, RefKey, ref_key
+
+RECENT_S = 30.0  # how long an answered computation may still serve identical requests
+RECENT_MAX = 10_000
 
 
 def coalescing_key(pending: Pending) -> str | None:
@@ -47,9 +55,12 @@ class Group:
 
 
 class Coalescer:
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self.enabled = enabled
         self._groups: dict[str, Group] = {}
+        # computations answered lately: a request identical to one of them that its client
+        # sent before the result was in the cache is answered from it too (a miss: computed)
+        self._recent: TTLCache[str, Group] = TTLCache(RECENT_MAX, RECENT_S, timer=clock)
         self._key_of_leader: dict[RefKey, str] = {}
         self._followed: dict[RequestKey, str] = {}  # each follower, by its request
         self._done: list[Group] = []  # leaders answered: their followers to share with
@@ -78,6 +89,10 @@ class Coalescer:
         if key is None:
             return False
         group = self._groups.get(key)
+        if group is None and (done := self._recent.get(key)) is not None:
+            self._done.append(Group(done.leader, [pending], done.version))
+            self.coalesced += 1
+            return True
         if group is None:
             self._groups[key] = Group(pending)
             self._key_of_leader[ref_key(pending.item.ref)] = key
@@ -102,6 +117,7 @@ class Coalescer:
         if key is None:
             return
         group = self._groups.pop(key)
+        self._recent[key] = Group(group.leader, version=group.version)
         for follower in group.followers:
             self._followed.pop(follower.key, None)
         if group.followers:
@@ -121,6 +137,9 @@ class Coalescer:
         pending = self.sharing.pop(ref_key(ref), None)
         if pending is not None:
             pending.alone = True
+            key = coalescing_key(pending)
+            if key is not None:
+                self._recent.pop(key, None)  # it left no result to share
         return pending
 
     def take(self, key: RequestKey) -> Pending | None:

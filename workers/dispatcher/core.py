@@ -107,7 +107,7 @@ class DispatcherCore:
             config, self.flights, self.versions, self.stats, self.observer, clock, wall_clock
         )
         self.refusals = Refusals()
-        self.coalescer = Coalescer(config.coalesce)
+        self.coalescer = Coalescer(config.coalesce, clock)
         self.followers = Followers(
             self.coalescer,
             self.flights,

@@ -13,6 +13,7 @@ from headrace.schemas.messages import CacheDirective
 from headrace.schemas.params import GenerateParams
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.coalescing import RECENT_S
 from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of, ref
 
 P16 = (TOPICS.requests(16), 0)
@@ -232,3 +233,26 @@ def test_an_expired_follower_deadline_in_the_past_at_read_is_refused_not_attache
     [answer] = of(ev.Answer, rig.read(cached(rig, "r1", deadline=past)))
     assert answer.error is not None and answer.error.code is ErrorCode.deadline_exceeded
     assert len(rig.core.coalescer) == 0
+
+
+def test_a_request_identical_to_one_just_answered_is_answered_from_its_result() -> None:
+    """Its client looked the cache up before the result was written: the dispatcher looks
+    again, for RECENT_S, instead of computing it again; if nothing is found, it computes."""
+    rig = Rig()
+    rig.workers()
+    rig.read(cached(rig, "r0"))
+    [send] = of(ev.SendBatch, rig.tick())
+    assert not of(ev.Share, rig.complete(send))  # nobody waited on it
+    [share] = of(ev.Share, rig.read(cached(rig, "r1")))
+    assert share.leader.request_id == "r0" and list(answer_of(share)) == ["r1"]
+    rig.handle(ev.NotShared([a.ref for a in share.answers]))  # its result was not found
+    [again] = of(ev.SendBatch, rig.tick())
+    assert ids(again) == ["r1"]
+    # the lookup missed: the next identical request is computed, not looked up again
+    assert not of(ev.Share, rig.read(cached(rig, "r2")))
+    [third] = of(ev.SendBatch, rig.tick(0.05))
+    assert ids(third) == ["r2"]
+    rig.complete(third)
+    assert of(ev.Share, rig.read(cached(rig, "r3")))  # r2's result: looked up
+    rig.tick(RECENT_S + 1)
+    assert not of(ev.Share, rig.read(cached(rig, "r4")))  # forgotten after RECENT_S
