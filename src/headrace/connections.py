@@ -4,6 +4,7 @@ the cache's L3 and archived sessions)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -78,9 +79,25 @@ class ZstdObjects:
     def __init__(self, client: Any, bucket: str, level: int = 3) -> None:
         self.s3 = client
         self.bucket = bucket
-        self._compress = zstandard.ZstdCompressor(level=level)
-        self._decompress = zstandard.ZstdDecompressor()
+        self.level = level
+        # zstandard's (de)compressors are not thread-safe (two threads compressing with one
+        # crashed both workers in the C backend): one of each per thread
+        self._local = threading.local()
         self._bucket_ready = False
+
+    @property
+    def _compress(self) -> zstandard.ZstdCompressor:
+        if not hasattr(self._local, "compress"):
+            self._local.compress = zstandard.ZstdCompressor(level=self.level)
+        compressor: zstandard.ZstdCompressor = self._local.compress
+        return compressor
+
+    @property
+    def _decompress(self) -> zstandard.ZstdDecompressor:
+        if not hasattr(self._local, "decompress"):
+            self._local.decompress = zstandard.ZstdDecompressor()
+        decompressor: zstandard.ZstdDecompressor = self._local.decompress
+        return decompressor
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -139,7 +156,11 @@ class ZstdObjects:
         try:
             self.s3.head_bucket(Bucket=self.bucket)
         except ClientError:
-            self.s3.create_bucket(Bucket=self.bucket)
+            try:
+                self.s3.create_bucket(Bucket=self.bucket)
+            except ClientError as exc:  # another thread or process created it first
+                if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
         self._bucket_ready = True
 
 
