@@ -63,6 +63,7 @@ class RequestBuilding:
         vector_encoding: Literal["float", "base64"] = "float",
         priority: Priority = "default",
         pairs: Sequence[str | None] | None = None,
+        semantic: bool = False,
     ) -> list[tuple[Request, int]]:
         """Validate and count ``texts``; returns each request with its bucket. Raises a
         ``InvalidRequestError`` subclass naming the first bad text. An embedding's input
@@ -70,7 +71,9 @@ class RequestBuilding:
         texts are prompts of a generation model (bucketed by prompt length).
         ``routing_key``: under a split sticky by key, requests with the same key are served
         by the same model version. A rerank or classify model scores each text, with its
-        ``pairs`` entry where there is one (a rerank's query and document)."""
+        ``pairs`` entry where there is one (a rerank's query and document). ``semantic``: a
+        generation that the semantic cache may answer (it carries a cache directive even
+        when it would not repeat)."""
         model = model or self.settings.model
         spec = resolve(self.settings, model)  # UnknownModelError
         task = asked_task(spec.task, generation is not None)
@@ -107,7 +110,7 @@ class RequestBuilding:
         directive = None
         # a deterministic generation outside a conversation is cached like an embedding
         repeats = generation is None or (generation.deterministic() and session_id is None)
-        if self.cache is not None and repeats:
+        if self.cache is not None and (repeats or (semantic and session_id is None)):
             if cache_class not in self.settings.cache_classes:
                 raise InvalidRequestError(
                     f"unknown cache class {cache_class!r}; known: "

@@ -40,6 +40,9 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from headrace.cache.requests import request_key, request_scopes, shared_key
 from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
@@ -54,6 +57,7 @@ from headrace.producers.inputs import (
     Given,
 )
 from headrace.producers.resend import Resender, Unanswered
+from headrace.producers.semantic import Embedder, Lookup, SemanticCache
 from headrace.producers.submission import Submission, embedding_of, scores_of
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
@@ -116,6 +120,11 @@ class Client(RequestBuilding, GenerationMixin):
         self._usage = (
             UsageMeter(self.cache.l2.redis, self.settings.topic_prefix) if self.cache else None
         )
+        self.semantic = (
+            SemanticCache(self.settings, self.cache, Embedder(self.settings))
+            if self.cache is not None and self.settings.cache_semantic_tenants
+            else None
+        )
         self._owner = True  # False in a tenant view: its connections are this client's
         self._views: dict[str, Client] = {}
         self._views_lock = threading.Lock()
@@ -147,16 +156,18 @@ class Client(RequestBuilding, GenerationMixin):
             log.debug("cache hit not counted: Redis unreachable", exc_info=True)
 
     # --- sending ---------------------------------------------------------------------------------
-    def send(self, request: Request, bucket: int) -> Submission:
+    def send(self, request: Request, bucket: int, *, semantic: bool = False) -> Submission:
         """Produce a prepared request (no checks) and return its submission; a cache hit is
-        answered at once and not produced."""
+        answered at once and not produced. ``semantic``: a generation the semantic cache
+        may answer (``producers.semantic``), if its tenant opted in too."""
+        remember: Lookup | None = None
         if self.cache is not None and request.cache is not None:
             version = serving_version(self.settings, request)
             hit = self.cache.get(request_key(request, version))
             if hit is not None:
-                self._count_hit(request.tenant)
-                answered: Future[Reply] = Future()
-                answered.set_result(
+                return self._answered_from_cache(
+                    request,
+                    bucket,
                     Reply(
                         request_id=request.request_id,
                         tenant=request.tenant,
@@ -164,9 +175,12 @@ class Client(RequestBuilding, GenerationMixin):
                         result=hit.entry.result,
                         cache_tier=hit.tier,
                         model_version=version,
-                    )
+                    ),
                 )
-                return Submission(request=request, bucket=bucket, future=answered)
+            if semantic and self.semantic is not None and self.semantic.allows(request.tenant):
+                remember = self.semantic.lookup(request, version)
+                if remember.reply is not None:
+                    return self._answered_from_cache(request, bucket, remember.reply)
             generations = self.cache.generations(request_scopes(request, version))
             directive = None
             if generations is not None:  # else Redis is away: the result is not written
@@ -191,8 +205,32 @@ class Client(RequestBuilding, GenerationMixin):
         if self._resender is not None:  # before the reply can come
             self._resender.sent(key, entry)
         future.add_done_callback(lambda _: self._answered(key))
+        if remember is not None and remember.vector is not None and self.semantic is not None:
+            self._remember_answer(future, request, remember.vector)
         entry.traceparent = self._produce(topic, request)
         return Submission(request=request, bucket=bucket, future=future)
+
+    def _answered_from_cache(self, request: Request, bucket: int, reply: Reply) -> Submission:
+        self._count_hit(request.tenant)
+        answered: Future[Reply] = Future()
+        answered.set_result(reply)
+        return Submission(request=request, bucket=bucket, future=answered)
+
+    def _remember_answer(
+        self, future: Future[Reply], request: Request, vector: npt.NDArray[np.float32]
+    ) -> None:
+        """Once ``request`` is answered, its answer serves near prompts (semantic cache)."""
+        semantic = self.semantic
+        assert semantic is not None
+        version = serving_version(self.settings, request)
+
+        def done(answered: Future[Reply]) -> None:
+            if answered.cancelled() or answered.exception() is not None:
+                return
+            reply = answered.result()
+            semantic.remember(request, version, vector, reply)
+
+        future.add_done_callback(done)
 
     @property
     def resent(self) -> int:

@@ -37,9 +37,10 @@ class _Client(Protocol):
         generation: GenerateParams | None = ...,
         session_id: str | None = ...,
         priority: Priority = ...,
+        semantic: bool = ...,
     ) -> list[tuple[Request, int]]: ...
 
-    def send(self, request: Request, bucket: int) -> Submission: ...
+    def send(self, request: Request, bucket: int, *, semantic: bool = ...) -> Submission: ...
 
     def flush(self) -> None: ...
 
@@ -53,6 +54,7 @@ class _Client(Protocol):
         params: GenerateParams,
         session_id: str | None = None,
         priority: Priority = "default",
+        semantic: bool = False,
     ) -> Submission: ...
 
     def stream_events(
@@ -72,13 +74,16 @@ class GenerationMixin:
         request_id: str | None = None,
         session_id: str | None = None,
         priority: Priority = "default",
+        semantic: bool = False,
         **params: Any,
     ) -> GenerationResult:
         """Generate from ``prompt`` (GenerateParams fields as keywords: max_tokens,
         temperature, top_p, stop, seed, truncate); raises RequestFailedError on an error.
-        ``session_id``: a turn of that conversation (its history comes first)."""
+        ``session_id``: a turn of that conversation (its history comes first).
+        ``semantic``: the answer to a near prompt may serve (docs/cache.md; the tenant must
+        be in ``cache_semantic_tenants``)."""
         submission = self._submit_generation(
-            prompt, model, request_id, GenerateParams(**params), session_id, priority
+            prompt, model, request_id, GenerateParams(**params), session_id, priority, semantic
         )
         try:
             reply = submission.result(wait_s)
@@ -95,12 +100,13 @@ class GenerationMixin:
         request_id: str | None = None,
         session_id: str | None = None,
         priority: Priority = "default",
+        semantic: bool = False,
         **params: Any,
     ) -> Submission:
         """Send a generate request without waiting: ``.result(timeout_s)`` is its Reply
         (``.future`` a concurrent Future of it). Options as ``generate``."""
         return self._submit_generation(
-            prompt, model, request_id, GenerateParams(**params), session_id, priority
+            prompt, model, request_id, GenerateParams(**params), session_id, priority, semantic
         )
 
     async def stream(self: _Client, prompt: str, **options: Any) -> AsyncIterator[str]:
@@ -120,9 +126,11 @@ class GenerationMixin:
         request_id: str | None = None,
         session_id: str | None = None,
         priority: Priority = "default",
+        semantic: bool = False,
         **params: Any,
     ) -> AsyncIterator[str | GenerationResult]:
-        """As ``stream``, then the final GenerationResult (finish reason, usage) last."""
+        """As ``stream``, then the final GenerationResult (finish reason, usage) last.
+        (``semantic``: as ``generate``; an answer from the cache comes as one piece.)"""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[StreamDelta | Reply] = asyncio.Queue()
         generation = GenerateParams(**{**params, "stream": True})
@@ -135,7 +143,7 @@ class GenerationMixin:
 
         self._listener.watch(self.tenant, rid, on_delta)
         submission = await asyncio.to_thread(
-            self._submit_generation, prompt, model, rid, generation, session_id, priority
+            self._submit_generation, prompt, model, rid, generation, session_id, priority, semantic
         )
         submission.future.add_done_callback(
             lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.result())
@@ -172,6 +180,7 @@ class GenerationMixin:
         params: GenerateParams,
         session_id: str | None = None,
         priority: Priority = "default",
+        semantic: bool = False,
     ) -> Submission:
         ids = [request_id] if request_id is not None else None
         [(request, bucket)] = self.prepare(
@@ -181,8 +190,9 @@ class GenerationMixin:
             generation=params,
             session_id=session_id,
             priority=priority,
+            semantic=semantic,
         )
-        submission = self.send(request, bucket)
+        submission = self.send(request, bucket, semantic=semantic)
         self.flush()
         return submission
 

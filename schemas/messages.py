@@ -282,6 +282,9 @@ class Reply(_Message):
     batch: BatchInfo | None = None
     cost: Cost | None = None  # set when this reply was computed (not for errors or cache hits)
     cache_tier: CacheTier | None = None  # served from the result cache, by this tier
+    # a semantic cache hit: the answer to another prompt this similar (cosine) to this one;
+    # set by the client itself, never on the wire (a reader of an older version forbids it)
+    semantic_similarity: float | None = Field(default=None, exclude=True)
     model_version: str | None = None  # the version that computed the result (or cached it)
     degraded: Degraded | None = None  # served by a rung of the degradation ladder
     replied_at: AwareDatetime = Field(default_factory=utc_now)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +18,7 @@ import openai
 import pydantic
 import pytest
 
+from headrace import connections
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.models.register import register
@@ -576,3 +578,43 @@ def test_tools_with_the_official_sdk_sync_async_and_streamed(
     assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "tools"
     assert "no tool format" in str(refused.value.body["message"])
     sdk.close()
+
+
+def test_with_its_header_a_reworded_chat_is_answered_from_the_semantic_cache(
+    gateway: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    """A gateway whose tenant opted in; the OpenAI SDK asks with ``extra_headers``. A
+    sampled answer (temperature 0.8) is remembered once; a reworded question gets the same
+    text and remembers nothing new; without the header it is computed."""
+    env = pipeline_env(
+        PREFIX[0],
+        HEADRACE_MODEL=tiny_lm.NAME,
+        HEADRACE_CACHE_ENABLED="true",
+        HEADRACE_CACHE_SEMANTIC_TENANTS='["acme"]',
+    )
+    redis = connections.redis_client(Settings(topic_prefix=PREFIX[0]))
+
+    def remembered() -> int:
+        return sum(int(redis.xlen(k)) for k in redis.scan_iter(f"{PREFIX[0]}:semantic:*"))
+
+    question = f"How do I reset the password of account {uuid.uuid4().hex[:6]}?"
+    with running_gateway(env, tmp_path, tenants=("acme",), name="semantic") as (url, keys):
+        sdk = openai.OpenAI(base_url=f"{url}/v1", api_key=keys["acme"], max_retries=0)
+        header = {"x-headrace-semantic-cache": "true"}
+
+        def ask(content: str, **options: Any) -> str | None:
+            answer = sdk.chat.completions.create(
+                model=tiny_lm.NAME,
+                messages=[{"role": "user", "content": content}],
+                max_tokens=8,
+                temperature=0.8,
+                **options,
+            )
+            return answer.choices[0].message.content
+
+        before = remembered()
+        first = ask(question, extra_headers=header)
+        eventually(lambda: remembered() == before + 1, 10, "the answer remembered")
+        assert ask(f"Can you explain this: {question}", extra_headers=header) == first
+        ask(f"Can you explain this: {question}")  # computed: not looked up, not remembered
+        assert remembered() == before + 1

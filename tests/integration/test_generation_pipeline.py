@@ -13,8 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from headrace import connections
+from headrace.cache.semantic import semantic_scope
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
+from headrace.models.registry import serving_version
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
 from headrace.schemas.errors import InputTooLongError, InvalidRequestError
@@ -196,3 +198,38 @@ def test_a_deterministic_generation_is_served_from_the_cache_and_streams_from_it
             for _ in range(2)
         ]
         assert [r.cache_tier for r in sampled] == [None, None]  # would not repeat: computed
+
+
+def test_a_near_prompt_is_answered_from_the_semantic_cache_and_a_negated_one_is_not(
+    pipeline: Pipeline,
+) -> None:
+    """Sampled (temperature 0.8): the exact cache would never serve it; the semantic cache
+    serves a rewording of the prompt once its tenant and the request opt in."""
+    settings = Settings(
+        topic_prefix=PREFIX, model=tiny_lm.NAME, cache_enabled=True, cache_semantic_tenants=["near"]
+    )
+    prompt = f"How do I reset the password of account {uuid.uuid4().hex[:6]}?"
+    sample = {"max_tokens": 8, "temperature": 0.8}
+    with Client(settings, tenant="near") as client, Client(settings, tenant="far") as far:
+        asked = client.submit_generation(prompt, semantic=True, **sample)
+        first = asked.result(120)
+        assert first.cache_tier is None and isinstance(first.result, GenerationResult)
+        semantic = client.semantic
+        assert semantic is not None
+        scope = semantic_scope(asked.request, serving_version(settings, asked.request))
+        eventually(lambda: semantic.index.size(scope) == 1, 10, "the answer remembered")
+
+        reworded = f"Can you explain this: {prompt}"
+        served = client.submit_generation(reworded, semantic=True, **sample).result(120)
+        assert served.result == first.result and served.cache_tier is not None
+        assert served.semantic_similarity is not None
+        assert served.semantic_similarity >= settings.cache_semantic_threshold
+
+        negated = prompt.replace("How do I reset", "Why can I not reset")
+        computed = [
+            client.submit_generation(negated, semantic=True, **sample).result(120),
+            client.submit_generation(reworded, **sample).result(120),  # not asked for
+            far.submit_generation(reworded, semantic=True, **sample).result(120),  # no opt-in
+        ]
+        assert [r.semantic_similarity for r in computed] == [None, None, None]
+        assert all(r.cache_tier is None for r in computed)

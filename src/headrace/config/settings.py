@@ -308,6 +308,13 @@ class Settings(BaseSettings):
     # A request identical to one being computed (same cache key and generations, lane and
     # priority) waits on that computation and is answered with its result (docs/cache.md).
     cache_coalesce: bool = True
+    # The semantic cache: a generation may be answered with the cached answer to a near
+    # prompt of the same scope (docs/cache.md). Opt-in twice: its tenant here ("*": every
+    # tenant) and the request (semantic=True). Prompts are embedded in the client's process
+    # by cache_semantic_model; served at cosine >= cache_semantic_threshold, guards passed.
+    cache_semantic_tenants: list[str] = Field(default_factory=list)
+    cache_semantic_threshold: float = Field(default=0.92, gt=0, le=1)
+    cache_semantic_model: str = "all-MiniLM-L6-v2"
     # Expiry per entry class (a request names its class; "default" otherwise).
     cache_classes: dict[str, ExpiryPolicy] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
     # Events on upstream topics that invalidate tags (read by `headrace invalidator`).

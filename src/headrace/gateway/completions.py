@@ -12,9 +12,9 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header
 from fastapi.responses import StreamingResponse
 
 from headrace.gateway.api import KeyPriority, Tenant, api_error
@@ -38,15 +38,20 @@ def _sse(chunk: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+# a headrace extension: the semantic cache may answer (docs/cache.md; the tenant opts in too)
+Semantic = Annotated[bool, Header(alias="x-headrace-semantic-cache")]
+
+
 def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
     router = APIRouter()
 
     async def run(
-        tenant: str, prompt: str, body: Sampling, priority: Priority
+        tenant: str, prompt: str, body: Sampling, priority: Priority, semantic: bool
     ) -> tuple[str, list[GenerationResult] | AsyncIterator[Indexed]]:
         """The ``n`` choices of ``prompt``: one pipeline request each (ids ``<rid>`` for one
         choice, ``<rid>-<i>`` for several), their results in order, or their events merged
-        as they come, each with its choice's index."""
+        as they come, each with its choice's index. ``semantic``: the semantic cache may
+        answer (the ``X-Headrace-Semantic-Cache`` header)."""
         client = client_for(tenant)
         rid = uuid.uuid4().hex
         rids = [rid] if body.n == 1 else [f"{rid}-{i}" for i in range(body.n)]
@@ -62,6 +67,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                             wait_s=WAIT_S,
                             request_id=request_id,
                             priority=priority,
+                            semantic=semantic,
                             **params,
                         )
                     )
@@ -78,6 +84,7 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
                         wait_s=WAIT_S,
                         request_id=request_id,
                         priority=priority,
+                        semantic=semantic,
                         **params,
                     )
                     for request_id, params in calls
@@ -90,8 +97,10 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
             raise api_error(exc) from exc
 
     @router.post("/v1/completions")
-    async def completions(tenant: Tenant, priority: KeyPriority, body: CompletionCreate) -> Any:
-        rid, out = await run(tenant, body.prompt(), body, priority)
+    async def completions(
+        tenant: Tenant, priority: KeyPriority, body: CompletionCreate, semantic: Semantic = False
+    ) -> Any:
+        rid, out = await run(tenant, body.prompt(), body, priority, semantic)
         head = {"id": f"cmpl-{rid}", "created": int(time.time()), "model": body.model}
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=False)
@@ -106,12 +115,17 @@ def completions_router(client_for: Callable[[str], Client]) -> APIRouter:
         return _streamed(out, chunk, body, piece, end, [])
 
     @router.post("/v1/chat/completions")
-    async def chat(tenant: Tenant, priority: KeyPriority, body: ChatCompletionCreate) -> Any:
+    async def chat(
+        tenant: Tenant,
+        priority: KeyPriority,
+        body: ChatCompletionCreate,
+        semantic: Semantic = False,
+    ) -> Any:
         try:
             prompt = body.prompt()
         except InvalidRequestError as exc:
             raise api_error(exc) from exc
-        rid, out = await run(tenant, prompt, body, body.priority(priority))
+        rid, out = await run(tenant, prompt, body, body.priority(priority), semantic)
         head = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": body.model}
         if isinstance(out, list):
             return generation_body(rid, body.model, out, chat=True)
