@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from headrace import connections
+from headrace.cache.keys import tenant_scope
 from headrace.cache.semantic import semantic_scope
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
@@ -233,3 +234,10 @@ def test_a_near_prompt_is_answered_from_the_semantic_cache_and_a_negated_one_is_
         ]
         assert [r.semantic_similarity for r in computed] == [None, None, None]
         assert all(r.cache_tier is None for r in computed)
+
+        # an invalidation of the tenant's entries (an upstream event's, as any) takes the
+        # answer away: the rewording is computed
+        assert client.cache is not None
+        client.cache.invalidate(scopes=[tenant_scope("near")])
+        again = client.submit_generation(reworded, semantic=True, **sample).result(120)
+        assert again.semantic_similarity is None and again.cache_tier is None
