@@ -11,8 +11,9 @@ each text tagged ``doc:<its index>``. The same trace three times:
 
 For each: rows computed (replies a worker computed) per unique input, requests/s, latency
 p50/p99, and (c)'s throughput and p99 against (a)'s. Then (d): for ``--events`` texts of (c)'s
-run, an event on an upstream topic (``headrace invalidator`` maps it to the text's tag) ->
-the entry gone from L2 and from this client's L1: p50/p99 [target p99 <= 100 ms].
+run, an event on an upstream topic (``headrace invalidator`` maps it to the text's tag), from
+the broker's acknowledgement of the event to the entry gone from L2 and from this client's
+L1: p50/p99 [target p99 <= 100 ms].
 
     python -m bench.dedup [--requests 20000] [--distinct 2000] [--burst 500] [--events 100]
 """
@@ -143,8 +144,9 @@ def eviction_ms(
     client: Client, settings: Settings, env: dict[str, str], texts: list[str], seen: list[int]
 ) -> list[float]:
     """For the first ``env[EVENTS]`` texts of ``seen``: the entry in this client's L1, an
-    upstream event for its tag (through ``headrace invalidator``), then the time until the
-    entry is gone from L1 (evicted last) and L2."""
+    upstream event for its tag (through ``headrace invalidator``), then the time from the
+    event on its topic (the broker acknowledged it) until the entry is gone from L1
+    (evicted last) and L2."""
     assert client.cache is not None and client.cache.l1 is not None
     cache, l1 = client.cache, client.cache.l1
     upstream = upstream_topic(settings.topic_prefix)
@@ -155,7 +157,8 @@ def eviction_ms(
         text=True,
     )
     producer = kafka_clients.producer(settings)
-    out = []
+    out: list[float] = []
+    produced: list[float] = []
     try:
         assert invalidator.stdout is not None
         assert is_ready_line(invalidator.stdout.readline()), "invalidator did not start"
@@ -165,9 +168,11 @@ def eviction_ms(
             cache.get(key)  # into L1, if only L2 had it
             hit = cache.get(key)
             assert hit is not None and hit.tier == "l1", f"text {index} is not cached"
-            start = time.perf_counter()
+            sent = time.perf_counter()
             producer.send(upstream, json.dumps({"id": index}).encode())
             producer.flush()
+            start = time.perf_counter()  # the event is on its topic
+            produced.append((start - sent) * 1000)
             while True:
                 with cache._lock:
                     if l1.get(key) is None:
@@ -179,6 +184,10 @@ def eviction_ms(
         producer.close()
         invalidator.terminate()
         invalidator.wait(10)
+    console.print(
+        f"  producing each event (to the broker's acknowledgement, not counted below): p50 "
+        f"{pct(produced, 0.5):.1f} ms, p99 {pct(produced, 0.99):.1f} ms"
+    )
     return out
 
 
@@ -258,8 +267,8 @@ def report(runs: list[Run]) -> None:
     evictions = on.evictions_ms
     if evictions:
         console.print(
-            f"(d) upstream event -> evicted (L2 and this client's L1), {len(evictions)} "
-            f"entries the pipeline wrote: p50 {pct(evictions, 0.5):.1f} ms, p99 "
+            f"(d) upstream event on its topic -> evicted (L2 and this client's L1), "
+            f"{len(evictions)} entries the pipeline wrote: p50 {pct(evictions, 0.5):.1f} ms, p99 "
             f"{pct(evictions, 0.99):.1f} ms [target p99 <= {TARGET_EVICTION_P99_MS:.0f} ms]"
         )
 

@@ -36,7 +36,10 @@ class Embedder:
     """Prompts to unit vectors with the pipeline's embedding model, loaded on first use."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings.model_copy(update={"model": settings.cache_semantic_model})
+        # its own model, at the version its registry serves (not the generation model's)
+        self.settings = settings.model_copy(
+            update={"model": settings.cache_semantic_model, "model_version": None}
+        )
         self._backend: ModelBackend | None = None
         self._lock = threading.Lock()
 
