@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -16,6 +17,8 @@ from headrace import connections
 from headrace.cache.keys import tenant_scope
 from headrace.cache.semantic import semantic_scope
 from headrace.config.settings import Settings
+from headrace.config.tag_rules import TagRule
+from headrace.consumers.invalidation import Invalidator
 from headrace.models import tiny_lm
 from headrace.models.registry import serving_version
 from headrace.ops.processes import Pipeline
@@ -25,6 +28,7 @@ from headrace.schemas.messages import GenerationResult, Reply
 from headrace.schemas.params import GenerateParams
 from headrace.sessions.prompt import exchange, render_prompt
 from headrace.sessions.store import SessionStore
+from headrace.transport.kafka import clients as kafka_clients
 from headrace.workers.backends.generation import GenerationBackend
 from tests.conftest import pipeline_env, unique_prefix
 from tests.eventually import eventually
@@ -241,3 +245,50 @@ def test_a_near_prompt_is_answered_from_the_semantic_cache_and_a_negated_one_is_
         client.cache.invalidate(scopes=[tenant_scope("near")])
         again = client.submit_generation(reworded, semantic=True, **sample).result(120)
         assert again.semantic_similarity is None and again.cache_tier is None
+
+
+def test_an_upstream_event_evicts_a_cached_generation(pipeline: Pipeline) -> None:
+    """A deterministic generation tagged ``doc:<id>`` is served from the cache after an
+    identical one, until an event on an upstream topic (``headrace invalidator``'s rule maps
+    it to the tag) evicts it: the next one is computed."""
+    upstream = f"{PREFIX}.docs.changes"
+    rule = TagRule(topic=upstream, tag="doc:{id}", tenant="evicted", fields={"id": "id"})
+    settings = Settings(
+        topic_prefix=PREFIX, model=tiny_lm.NAME, cache_enabled=True, cache_tag_rules=[rule]
+    )
+    prompt = f"The sluice gate {uuid.uuid4().hex[:6]}"
+    invalidator = Invalidator(settings)
+    stop = threading.Event()
+    thread = threading.Thread(target=invalidator.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        with Client(settings, tenant="evicted") as client:
+
+            def generate() -> Reply:
+                ((request, bucket),) = client.prepare(
+                    [prompt],
+                    generation=GenerateParams(max_tokens=8),
+                    tags=["doc:42"],
+                    cache_class="tagged",
+                )
+                submission = client.send(request, bucket)
+                client.flush()
+                return submission.result(120)
+
+            def cached(want: bool) -> Reply | None:
+                reply = generate()
+                return reply if (reply.cache_tier is not None) == want else None
+
+            first = generate()
+            assert first.cache_tier is None
+            hit = eventually(lambda: cached(True), 10, "the generation from the cache")
+            assert hit.result == first.result
+            producer = kafka_clients.producer(settings)
+            producer.send(upstream, json.dumps({"id": 42}).encode())
+            producer.flush()
+            producer.close()
+            again = eventually(lambda: cached(False), 10, "the entry evicted")
+            assert again.result == first.result  # greedy: computed again, the same text
+    finally:
+        stop.set()
+        thread.join(timeout=10)
