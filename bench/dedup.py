@@ -122,9 +122,9 @@ def _arrived(
 def one_run(
     name: str, env: dict[str, str], cache: bool, texts: list[str], trace: list[int], burst: int
 ) -> Run:
-    """The trace through a fresh pipeline (``env``: its own topics and cache namespace)."""
-    os.environ.update(env)
-    settings = Settings(cache_enabled=cache)
+    """The trace through a fresh pipeline (``env``: its own topics and cache namespace; this
+    process's environment is left as it was: the suite runs this bench in its own process)."""
+    settings = Settings(topic_prefix=env["HEADRACE_TOPIC_PREFIX"], cache_enabled=cache)
     with (
         local_pipeline(env, settings.device, settings.torch_threads),
         Client(settings, tenant=TENANT) as client,
@@ -205,8 +205,7 @@ def main(
     cache_off: bool = True,
 ) -> list[Run]:
     prefix = f"bench-dedup-{uuid.uuid4().hex[:6]}"
-    os.environ["HEADRACE_TOPIC_PREFIX"] = prefix
-    stack = LocalStack(Settings())
+    stack = LocalStack(Settings(topic_prefix=prefix))
     started = not stack.is_up()
     if started:
         stack.up()
@@ -239,7 +238,6 @@ def main(
             }
             runs.append(one_run(name, env, cache, texts, trace, burst))
     finally:
-        os.environ["HEADRACE_TOPIC_PREFIX"] = prefix
         if started:
             stack.down()
     report(runs)
