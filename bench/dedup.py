@@ -205,10 +205,24 @@ def main(
     cache_off: bool = True,
 ) -> list[Run]:
     prefix = f"bench-dedup-{uuid.uuid4().hex[:6]}"
-    stack = LocalStack(Settings(topic_prefix=prefix))
-    started = not stack.is_up()
-    if started:
-        stack.up()
+    with LocalStack(Settings(topic_prefix=prefix)).while_needed():
+        runs = run_plans(
+            prefix, requests, distinct, zipf, burst, events, without_coalescing, cache_off
+        )
+    report(runs)
+    return runs
+
+
+def run_plans(
+    prefix: str,
+    requests: int,
+    distinct: int,
+    zipf: float,
+    burst: int,
+    events: int,
+    without_coalescing: bool,
+    cache_off: bool,
+) -> list[Run]:
     texts = [f"{t[:240]} ({i})" for i, t in enumerate(long_tail_texts(distinct, seed=3))]
     trace = zipf_trace(requests, distinct, zipf)
     console.print(
@@ -224,23 +238,18 @@ def main(
         ("(c) cache + coalescing", {"HEADRACE_CACHE_COALESCE": "true", EVENTS: str(events)}, True)
     )
     runs: list[Run] = []
-    try:
-        for name, extra, cache in plans:
-            # each run its own topics and cache namespace: nothing of one serves the next
-            run_prefix = f"{prefix}-{len(runs)}"
-            rule = TagRule(
-                topic=upstream_topic(run_prefix), tag="doc:{id}", tenant=TENANT, fields={"id": "id"}
-            )
-            env = {
-                "HEADRACE_TOPIC_PREFIX": run_prefix,
-                "HEADRACE_CACHE_TAG_RULES": json.dumps([rule.model_dump()]),
-                **extra,
-            }
-            runs.append(one_run(name, env, cache, texts, trace, burst))
-    finally:
-        if started:
-            stack.down()
-    report(runs)
+    for name, extra, cache in plans:
+        # each run its own topics and cache namespace: nothing of one serves the next
+        run_prefix = f"{prefix}-{len(runs)}"
+        rule = TagRule(
+            topic=upstream_topic(run_prefix), tag="doc:{id}", tenant=TENANT, fields={"id": "id"}
+        )
+        env = {
+            "HEADRACE_TOPIC_PREFIX": run_prefix,
+            "HEADRACE_CACHE_TAG_RULES": json.dumps([rule.model_dump()]),
+            **extra,
+        }
+        runs.append(one_run(name, env, cache, texts, trace, burst))
     return runs
 
 

@@ -232,10 +232,6 @@ def main(
     thresholds: str = "0.80,0.85,0.88,0.90,0.92,0.94,0.95,0.96,0.97,0.98",
 ) -> dict[float, dict[str, float]]:
     settings = Settings()
-    stack = LocalStack(settings)
-    started = not stack.is_up()
-    if started:
-        stack.up()
     corpus = sentences(sentences_)
     cached, others = corpus[: len(corpus) // 2], corpus[len(corpus) // 2 :]
     queries = labelled_set(cached, others)
@@ -254,15 +250,14 @@ def main(
         connections.redis_client(settings), f"bench-semantic-{uuid.uuid4().hex[:6]}"
     )
     scope = "eval"
-    try:
-        vectors = embed(cached)
-        for i, (text, vector) in enumerate(zip(cached, vectors, strict=True)):
-            index.add(scope, vector, text, str(i))
-        found = [index.search(scope, v) for v in _batched(embed, [q.text for q in queries])]
-    finally:
-        index.drop(scope)
-        if started:
-            stack.down()
+    with LocalStack(settings).while_needed():
+        try:
+            vectors = embed(cached)
+            for i, (text, vector) in enumerate(zip(cached, vectors, strict=True)):
+                index.add(scope, vector, text, str(i))
+            found = [index.search(scope, v) for v in _batched(embed, [q.text for q in queries])]
+        finally:
+            index.drop(scope)
     rows = {float(t): score(queries, found, float(t)) for t in thresholds.split(",")}
     report(rows, counts)
     return rows

@@ -205,8 +205,8 @@ class Client(RequestBuilding, GenerationMixin):
         if self._resender is not None:  # before the reply can come
             self._resender.sent(key, entry)
         future.add_done_callback(lambda _: self._answered(key))
-        if remember is not None and remember.vector is not None and self.semantic is not None:
-            self._remember_answer(future, request, remember.vector)
+        if remember is not None and remember.vector is not None:
+            self._remember_answer(future, request, version, remember.vector)
         entry.traceparent = self._produce(topic, request)
         return Submission(request=request, bucket=bucket, future=future)
 
@@ -217,12 +217,15 @@ class Client(RequestBuilding, GenerationMixin):
         return Submission(request=request, bucket=bucket, future=answered)
 
     def _remember_answer(
-        self, future: Future[Reply], request: Request, vector: npt.NDArray[np.float32]
+        self,
+        future: Future[Reply],
+        request: Request,
+        version: str,
+        vector: npt.NDArray[np.float32],
     ) -> None:
         """Once ``request`` is answered, its answer serves near prompts (semantic cache)."""
         semantic = self.semantic
         assert semantic is not None
-        version = serving_version(self.settings, request)
 
         def done(answered: Future[Reply]) -> None:
             if answered.cancelled() or answered.exception() is not None:

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from headrace.cache.entry import CacheEntry
-from headrace.cache.keys import entry_scopes
+from headrace.cache.requests import result_entry
 from headrace.cache.semantic import SemanticIndex, choose, semantic_key, semantic_scope
 from headrace.cache.store import TieredCache
 from headrace.config.settings import Settings
@@ -108,24 +107,15 @@ class SemanticCache:
         """``reply``'s answer under ``request``'s prompt, for the prompts to come: an entry
         of the request's class and tags (written only if none of its scopes was invalidated
         since it was submitted), and the prompt in its scope's index."""
-        directive = request.cache
-        policy = self.settings.cache_classes.get(directive.entry_class) if directive else None
-        if reply.result is None or directive is None or policy is None:
+        if reply.result is None:
             return
-        scopes = entry_scopes(request.tenant, request.model, version, directive.tags)
-        if any(s not in directive.generations for s in scopes):
-            return  # Redis was away when it was sent: its generations are unknown
         scope = semantic_scope(request, version)
         key = semantic_key(scope, request.input)
-        entry = CacheEntry.new(
-            key=key,
-            tenant=request.tenant,
-            model=request.model,
-            result=reply.result,
-            scopes={s: directive.generations[s] for s in scopes},
-            policy=policy,
-            now=time.time(),
+        entry = result_entry(
+            request, reply.result, version, self.settings.cache_classes, time.time(), key
         )
+        if entry is None:  # no directive, or Redis was away when it was sent
+            return
         try:
             if self.cache.put(entry):
                 self.index.add(scope, vector, request.input, key)

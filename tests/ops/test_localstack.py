@@ -22,3 +22,12 @@ def test_up_is_idempotent(stack: LocalStack) -> None:
     before = {s.name: s.pid for s in stack.status()}
     after = {s.name: s.pid for s in stack.up()}
     assert before == after
+
+
+def test_a_stack_already_running_is_left_running_by_a_block_that_needed_it(
+    stack: LocalStack,
+) -> None:
+    before = {s.name: s.pid for s in stack.status()}
+    with LocalStack(Settings()).while_needed() as held:
+        assert {s.name: s.pid for s in held.status()} == before
+    assert stack.is_up() and {s.name: s.pid for s in stack.status()} == before

@@ -64,9 +64,11 @@ def result_entry(
     model_version: str,
     classes: dict[str, ExpiryPolicy],
     now: float,
+    key: str | None = None,
 ) -> CacheEntry | None:
     """The entry to write for ``result``, or None when the request did not ask for one (no
-    directive, an unknown entry class, or generations missing for one of its scopes)."""
+    directive, an unknown entry class, or generations missing for one of its scopes).
+    ``key``: another key than the request's own (the semantic cache's)."""
     directive = request.cache
     if directive is None:
         return None
@@ -75,7 +77,7 @@ def result_entry(
     if policy is None or any(s not in directive.generations for s in scopes):
         return None
     return CacheEntry.new(
-        key=request_key(request, model_version),
+        key=key or request_key(request, model_version),
         tenant=request.tenant,
         model=request.model,
         result=result,

@@ -6,10 +6,10 @@ Each scope is a Redis stream of (vector, prompt, entry key) that every process a
 (capped at ``MAX_PER_SCOPE``); each process keeps an HNSW index (usearch) of what it has
 read and reads what is new before each search (one XRANGE, empty when nothing is). Redis
 7.0, which this project runs, has no vector search of its own (RediSearch is a module; Redis
-8's vector sets are not in 7.0), so the search is usearch's: HNSW, cosine, float32, a few
-microseconds a query at 100k vectors. The answer itself is an ordinary cache entry under
-the neighbour's key: expiry classes, tags and upstream invalidation apply to it as to any
-entry, and a neighbour whose entry is gone is passed over.
+8's vector sets are not in 7.0), so the search is usearch's: HNSW, cosine, float32. The
+answer itself is an ordinary cache entry under the neighbour's key: expiry classes, tags and
+upstream invalidation apply to it as to any entry, and a neighbour whose entry is gone
+serves nothing (the request is computed).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,19 @@ class LocalStack:
                 _terminate(service.pid)
             raise
         return list(running.values())
+
+    @contextlib.contextmanager
+    def while_needed(self) -> Iterator[LocalStack]:
+        """The stack for a block: started if it is not running and stopped after; left as it
+        was if it was running (a benchmark beside a developer's stack)."""
+        started = not self.is_up()
+        if started:
+            self.up()
+        try:
+            yield self
+        finally:
+            if started:
+                self.down()
 
     def down(self) -> list[str]:
         stopped = []

@@ -38,7 +38,6 @@ class CacheRung:
         self._cache: TieredCache | None = None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ladder-cache")
         self._looking: list[Future[list[Answer | NotShared]]] = []
-        self.shared = 0  # requests answered with a result computed for an identical one
 
     def submit(self, action: LookUpCache) -> None:
         policy = self.policy()
@@ -97,7 +96,6 @@ class CacheRung:
             hit = None
         if hit is None:
             return [NotShared([a.ref for a in action.answers])]
-        self.shared += len(action.answers)
         result = hit.entry.result
         return [
             replace(a, result=result, model_version=version, cache_tier=hit.tier)
