@@ -12,7 +12,9 @@ length bucket with key = request_id. Replies arrive on the client's reply topic.
 With ``cache_enabled`` a request is first looked up in the result cache (L1 in this process,
 L2 Redis, L3 S3): a hit is answered at once (``reply.cache_tier`` says which tier) and never
 reaches a request topic; a miss asks the worker to write its result through, with the
-request's ``tags`` and ``cache_class``.
+request's ``tags`` and ``cache_class``. One ``submit_many`` looks each distinct request up
+once, before sending any: copies of one text in a call are all sent, and the dispatcher
+computes them once (in-flight coalescing, docs/cache.md).
 
 At most ``client_max_pending`` requests await replies at once; past that ``send`` blocks up to
 ``client_block_timeout_s`` or raises ``BackpressureError`` at once (``client_on_full``). An
@@ -44,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from headrace.cache.requests import request_key, request_scopes, shared_key
-from headrace.cache.store import open_cache
+from headrace.cache.store import Hit, TieredCache, open_cache
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.consumers.replies import ReplyListener
@@ -72,6 +74,28 @@ from headrace.transport.guarantees import resend_after_s
 from headrace.usage.meter import Totals, UsageMeter
 
 log = logging.getLogger(__name__)
+
+
+class _LookedUp:
+    """The cache lookups of one call, by key: a text repeated in one ``submit_many`` is
+    looked up once, so its copies are sent together even if the first is answered (and
+    cached) before the last is sent."""
+
+    def __init__(self) -> None:
+        self._hits: dict[str, Hit | None] = {}
+        self._generations: dict[tuple[str, ...], dict[str, int] | None] = {}
+
+    def hit(self, cache: TieredCache, key: str) -> Hit | None:
+        if key not in self._hits:
+            self._hits[key] = cache.get(key)
+        return self._hits[key]
+
+    def generations(self, cache: TieredCache, scopes: list[str]) -> dict[str, int] | None:
+        key = tuple(scopes)
+        if key not in self._generations:
+            self._generations[key] = cache.generations(scopes)
+        found = self._generations[key]
+        return None if found is None else dict(found)  # each request its own copy
 
 
 class Client(RequestBuilding, GenerationMixin):
@@ -160,10 +184,16 @@ class Client(RequestBuilding, GenerationMixin):
         """Produce a prepared request (no checks) and return its submission; a cache hit is
         answered at once and not produced. ``semantic``: a generation the semantic cache
         may answer (``producers.semantic``), if its tenant opted in too."""
+        return self._send(request, bucket, semantic, _LookedUp())
+
+    def _send(
+        self, request: Request, bucket: int, semantic: bool, looked_up: _LookedUp
+    ) -> Submission:
+        """``send``, with the cache lookups of the call it belongs to (``submit_many``)."""
         remember: Lookup | None = None
         if self.cache is not None and request.cache is not None:
             version = serving_version(self.settings, request)
-            hit = self.cache.get(request_key(request, version))
+            hit = looked_up.hit(self.cache, request_key(request, version))
             if hit is not None:
                 return self._answered_from_cache(
                     request,
@@ -181,7 +211,7 @@ class Client(RequestBuilding, GenerationMixin):
                 remember = self.semantic.lookup(request, version)
                 if remember.reply is not None:
                     return self._answered_from_cache(request, bucket, remember.reply)
-            generations = self.cache.generations(request_scopes(request, version))
+            generations = looked_up.generations(self.cache, request_scopes(request, version))
             directive = None
             if generations is not None:  # else Redis is away: the result is not written
                 directive = request.cache.model_copy(update={"generations": generations})
@@ -295,7 +325,10 @@ class Client(RequestBuilding, GenerationMixin):
 
     def submit_many(self, texts: Sequence[Given], **options: object) -> list[Submission]:
         prepared = self.prepare(texts, **options)  # type: ignore[arg-type]
-        submissions = [self.send(request, bucket) for request, bucket in prepared]
+        # each distinct request is looked up once, before any is sent: identical texts in one
+        # call all go to the pipeline, which computes them once (in-flight coalescing)
+        looked_up = _LookedUp()
+        submissions = [self._send(r, bucket, False, looked_up) for r, bucket in prepared]
         self.flush()
         return submissions
 
