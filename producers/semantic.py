@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -24,9 +25,10 @@ from headrace.cache.semantic import SemanticIndex, choose, semantic_key, semanti
 from headrace.cache.store import TieredCache
 from headrace.config.settings import Settings
 from headrace.schemas.messages import Reply, Request
-from headrace.workers.backends.base import ModelBackend
-from headrace.workers.backends.embedding import EmbeddingBackend
-from headrace.workers.loading import load_backend
+
+if TYPE_CHECKING:  # torch and the model are imported on first use: a client without a
+    # semantic cache (and every process that imports the client) never loads them
+    from headrace.workers.backends.base import ModelBackend
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,12 @@ class Embedder:
     def __call__(self, texts: list[str]) -> npt.NDArray[np.float32]:
         with self._lock:
             if self._backend is None:
+                from headrace.workers.loading import load_backend
+
                 self._backend = load_backend(self.settings, [self.settings.buckets[0]])
             backend = self._backend
+            from headrace.workers.backends.embedding import EmbeddingBackend
+
             assert isinstance(backend, EmbeddingBackend), "cache_semantic_model embeds"
             items = backend.encode(texts, [True] * len(texts))
             vectors, _, _ = backend.embed(items, [True] * len(texts))

@@ -9,9 +9,7 @@ marker holds its batch for a while (to cancel or time out something that is runn
 with the stall marker never ends its batch, the model at work and not moving, the way a hung
 kernel or a deadlocked decode loop would (the worker's stall watch ends such a worker).
 
-``stall_on`` is the dispatcher's (``fault_dispatcher_stall_marker``): a polled request that
-holds the marker stops the dispatcher's loop in that pass for good, the way a client call
-that never returns would (its loop watch ends such a dispatcher).
+The dispatcher's injected stall is ``workers.dispatcher.io.stall`` (it imports no model code).
 """
 
 from __future__ import annotations
@@ -20,11 +18,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any, cast
 
-from headrace.transport.base import Partition, Record
 from headrace.workers.backends.base import (
     Backend,
     EncodedItem,
@@ -156,11 +153,3 @@ class FaultyBackend:
 
 def _has(text: str, marker: str | None) -> bool:
     return marker is not None and marker in text
-
-
-def stall_on(marker: str, polled: Mapping[Partition, list[Record]]) -> None:
-    """Never returns if a record of ``polled`` holds ``marker``."""
-    needle = marker.encode()
-    if any(needle in r.value for records in polled.values() for r in records):
-        log.error("injected stall: this dispatcher's loop never moves again")
-        threading.Event().wait()

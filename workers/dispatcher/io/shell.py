@@ -69,7 +69,7 @@ from headrace.workers.dispatcher.io.loop_watch import LoopWatch, LoopWatcher
 from headrace.workers.dispatcher.io.metrics import PrometheusObserver
 from headrace.workers.dispatcher.io.model_watch import ModelWatch
 from headrace.workers.dispatcher.io.settling import Settler
-from headrace.workers.faults import stall_on
+from headrace.workers.dispatcher.io.stall import stall_on
 from headrace.workers.ledger import ANSWERED, Ledger, RedisLedger
 from headrace.workers.tasks import batch_sender
 
