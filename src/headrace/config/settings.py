@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     kafka_fetch_wait_eager_ms: int = Field(default=2, ge=0)
     kafka_fetch_wait_idle_ms: int = Field(default=20, ge=0)
     kafka_fetch_wait_busy_ms: int = Field(default=100, ge=0)
+    # and after this long with nothing awaited, dormant: an idle pipeline costs little CPU
+    kafka_fetch_wait_dormant_ms: int = Field(default=100, ge=0)
+    kafka_fetch_dormant_after_s: float = Field(default=10.0, ge=0)
     # TLS: use a rediss:// URL. The password is kept out of the URL so it never lands in logs.
     redis_url: str = "redis://127.0.0.1:16379/0"
     redis_password: SecretStr | None = None

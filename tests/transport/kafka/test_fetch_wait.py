@@ -9,7 +9,11 @@ from tests.clock import FakeClock
 
 def policy(clock: FakeClock) -> FetchWait:
     settings = Settings(
-        kafka_fetch_wait_eager_ms=2, kafka_fetch_wait_idle_ms=20, kafka_fetch_wait_busy_ms=100
+        kafka_fetch_wait_eager_ms=2,
+        kafka_fetch_wait_idle_ms=20,
+        kafka_fetch_wait_busy_ms=100,
+        kafka_fetch_wait_dormant_ms=250,
+        kafka_fetch_dormant_after_s=10.0,
     )
     return FetchWait(settings, grace_s=1.0, clock=clock)
 
@@ -36,6 +40,20 @@ def test_a_flood_waits_longest_and_counts_as_activity() -> None:
     assert wait.choose(awaited=False, flood=False) == 2  # the flood just ended
     clock.now += 1.0
     assert wait.choose(awaited=False, flood=False) == 20
+
+
+def test_a_long_silence_is_dormant_until_something_is_awaited() -> None:
+    clock = FakeClock()
+    wait = policy(clock)
+    clock.now += 9.9
+    assert wait.choose(awaited=False, flood=False) == 20  # quiet since it started
+    clock.now += 0.2
+    assert wait.choose(awaited=False, flood=False) == 250  # 10.1 s: dormant
+    assert wait.choose(awaited=True, flood=False) == 2  # a record awaited: eager at once
+    clock.now += 5.0
+    assert wait.choose(awaited=False, flood=False) == 20
+    clock.now += 5.1
+    assert wait.choose(awaited=False, flood=False) == 250
 
 
 def test_new_consumer_starts_from_the_busy_wait() -> None:
