@@ -38,9 +38,10 @@ def test_broker_restarted_mid_run(durable_broker: LocalStack) -> None:
         restart,
         seed=8,
         broker=DURABLE_BROKER,
-        # small batches and little read ahead: most requests are still to come when the
-        # broker goes (it serves on for up to 5 s after SIGTERM; a pipeline on a fast day
+        # small batches, little read ahead and 1,000 requests: most are still to come when
+        # the broker goes (it serves on for up to 5 s after SIGTERM; a pipeline on a fast day
         # answered the other 800 in that time, 2026-12-05)
+        requests=1000,
         HEADRACE_FAIR_READ_AHEAD_TOKENS="64",
         HEADRACE_MAX_BATCH_TOKENS="256",
     )

@@ -1,5 +1,5 @@
 """Network faults through a proxy the test controls (``tests/faults/proxy.py``), with
-FAULT_REQUESTS (1,000 by default) in flight: the dispatcher cut from the broker for 10 s;
+FAULT_REQUESTS (600 by default) in flight: the dispatcher cut from the broker for 10 s;
 Redis answering every command 200 ms late for 20 s; S3 answering every request 2 s late
 while a new worker fetches its model from it. Each: every request answered exactly once
 (counted on the reply topic), no process restarted, and the pipeline serves afterwards."""

@@ -1,5 +1,5 @@
 """A flood of poison: malformed records (random bytes, bad JSON, wrong schema, oversized) and
-inputs that make the model raise, mixed into FAULT_REQUESTS (1,000 by default) good
+inputs that make the model raise, mixed into FAULT_REQUESTS (600 by default) good
 requests. Every good request gets its result, every poison input its own error, every
 malformed record a dead letter (and an error reply where it names a reply topic), each
 exactly once. Then the redelivery cap: an input that kills its worker is isolated by

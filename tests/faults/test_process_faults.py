@@ -81,6 +81,7 @@ def test_a_worker_and_then_the_dispatcher_killed_and_both_restarted_recover_in_s
         kill_both,
         restart_both,
         seed=7,
+        requests=1000,  # the fault takes 2.5 s to land: most requests still to come then
         worker_buckets=["all", "all"],
         client_settings=NO_RESENDS,  # every request answered without one
         HEADRACE_TORCH_THREADS="1",
@@ -138,6 +139,7 @@ def test_one_of_two_dispatchers_killed_the_other_takes_its_partitions(stack: Loc
         unique_prefix("kill-one-of-two"),
         kill_one,
         seed=8,
+        requests=1000,  # the kill waits for the partitions to split
         worker_buckets=["all", "all", "all"],
         dispatchers=2,
         HEADRACE_TORCH_THREADS="1",
@@ -191,6 +193,7 @@ def test_a_dispatcher_killed_during_a_rebalance(stack: LocalStack) -> None:
         unique_prefix("kill-in-rebalance"),
         join_then_kill,
         seed=6,
+        requests=1000,  # the kill waits for a newcomer's join
         worker_buckets=["all", "all"],
         dispatchers=2,
         client_settings=NO_RESENDS,

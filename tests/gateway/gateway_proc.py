@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from headrace.jobs.store import JobStore
+from headrace.schemas.params import Priority
 from tests.eventually import eventually
 
 
@@ -32,13 +34,13 @@ def running_gateway(
     tmp_path: Path,
     tenants: tuple[str, ...] = ("acme", "globex"),
     started: list[subprocess.Popen[bytes]] | None = None,
-    key_options: dict[str, list[str]] | None = None,
+    priorities: dict[str, Priority] | None = None,
     name: str = "gateway",
     keys: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """(base URL, tenant -> API key) of a gateway on its own port, state dir and SQLite
     (``extra_env`` may name others); its process is appended to ``started`` when given;
-    ``key_options``: more options of ``api-key create`` for a tenant's key; ``keys``: keys
+    ``priorities``: a tenant's key's class (``api-key create --priority``); ``keys``: keys
     made already (another gateway on the same store), instead of new ones; its log is
     ``<name>.log``."""
     env = {
@@ -48,16 +50,13 @@ def running_gateway(
         **extra_env,
     }
     cli = [sys.executable, "-m", "headrace.ops.cli"]
-    keys = keys or {
-        tenant: subprocess.run(
-            [*cli, "api-key", "create", "--tenant", tenant, *(key_options or {}).get(tenant, [])],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        for tenant in tenants
-    }
+    if keys is None:  # made in the gateway's store here (tests/ops/test_cli_keys.py: the CLI)
+        store = JobStore(env["HEADRACE_SQL_URL"])
+        keys = {
+            tenant: store.add_api_key(tenant, priority=(priorities or {}).get(tenant))
+            for tenant in tenants
+        }
+        store.engine.dispose()
     port = free_port()
     log_path = tmp_path / f"{name}.log"
     with open(log_path, "wb") as log:

@@ -18,6 +18,7 @@ from headrace.config.settings import Settings
 from headrace.models.tokenizer import count_tokens, tokenizer_for
 from headrace.ops.processes import Pipeline
 from headrace.schemas.messages import Request
+from headrace.schemas.params import Priority
 from headrace.schemas.topics import Topics
 from tests.disk import fill, small_disk
 from tests.eventually import eventually
@@ -37,9 +38,9 @@ def gateway(
     shared_pipeline: Pipeline, shared_prefix: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, dict[str, str]]]:
     env = {"HEADRACE_TOPIC_PREFIX": shared_prefix, "HEADRACE_MAX_FILE_BYTES": str(MAX_FILE_BYTES)}
-    vip = {"vip": ["--priority", "interactive"]}
+    vip: dict[str, Priority] = {"vip": "interactive"}
     tenants = ("acme", "globex", "vip")
-    with running_gateway(env, tmp_path_factory.mktemp("sdk"), tenants, key_options=vip) as running:
+    with running_gateway(env, tmp_path_factory.mktemp("sdk"), tenants, priorities=vip) as running:
         yield running
 
 
