@@ -97,12 +97,13 @@ def test_the_supervisor_starts_a_worker_that_timed_out_again_with_growing_delays
 ) -> None:
     prefix = unique_prefix("supervised")
     env = pipeline_env(prefix)
-    hang = {"HEADRACE_FAULT_HANG_STAGE": "build", "HEADRACE_BUILD_TIMEOUT_S": "1"}
+    # the first stage hangs: each start ends before the model is read (seconds, not tens)
+    hang = {"HEADRACE_FAULT_HANG_STAGE": "load_weights", "HEADRACE_LOAD_WEIGHTS_TIMEOUT_S": "1"}
     with Pipeline(env=env, worker_buckets=[], supervise=True) as pipeline:
         assert pipeline.supervisor is not None
         pipeline.add_worker("16", env=hang, wait=False)
         eventually(lambda: len(pipeline.supervisor.restarts) >= 3, 120, "3 restarts", every_s=0.2)
         restarts = list(pipeline.supervisor.restarts)
-    assert {r.exit_code for r in restarts} == {EXIT_TIMEOUT[Stage.build]}
+    assert {r.exit_code for r in restarts} == {EXIT_TIMEOUT[Stage.load_weights]}
     delays = [r.delay_s for r in restarts]
     assert delays[:3] == [1.0, 2.0, 4.0], restarts
