@@ -20,6 +20,9 @@ from headrace.workers.backends.generation import GenerationBackend
 from tests.tiny_model import context_lm, load_test_lm
 
 LONG, SHORT = 256, 16
+# the batch rows that fill the loop in the preemption tests: long enough that an interactive
+# row let in at once (~5 + join_every + SHORT steps) finishes far ahead of one that waits
+FULL = 96
 
 
 @pytest.fixture(scope="module")
@@ -308,13 +311,13 @@ def _ranked(items: list[EncodedItem], rank: int) -> list[EncodedItem]:
 def _full_then_interactive(
     backend: GenerationBackend, static: GenerationBackend
 ) -> tuple[dict[str, list[Generated]], dict[str, int], dict[int, list[str]], list[Generated]]:
-    """Four batch-class rows of LONG tokens fill the loop; an interactive row of SHORT comes
+    """Four batch-class rows of FULL tokens fill the loop; an interactive row of SHORT comes
     once they decode. What each caller got, the step each finished at, the batch rows'
     deltas, and what the batch rows get decoded alone."""
     decoder = _decoder(backend)
     items = _prompts(backend, 5)
     batch_items, [fast] = _ranked(items[:4], 2), _ranked(items[4:], 0)
-    alone = [static.generate([i], [GenerateParams(max_tokens=LONG)])[0] for i in batch_items]
+    alone = [static.generate([i], [GenerateParams(max_tokens=FULL)])[0] for i in batch_items]
     out: dict[str, list[Generated]] = {}
     finished_at: dict[str, int] = {}
     deltas: dict[int, list[str]] = {i: [] for i in range(4)}
@@ -323,7 +326,7 @@ def _full_then_interactive(
     def batch() -> None:
         out["batch"] = backend.generate(
             batch_items,
-            [GenerateParams(max_tokens=LONG)] * 4,
+            [GenerateParams(max_tokens=FULL)] * 4,
             on_delta=lambda row, text: deltas[row].append(text),
         )
         finished_at["batch"] = decoder.steps
@@ -365,4 +368,4 @@ def test_without_preemption_the_interactive_row_waits_for_a_place(
     finally:
         decoder.preempt = True
     assert out["interactive"][0].completion_tokens == SHORT
-    assert finished_at["interactive"] > LONG  # behind a row of LONG tokens
+    assert finished_at["interactive"] > FULL  # behind a row of FULL tokens
