@@ -7,7 +7,9 @@
 
 Requests are checked before they are sent (empty, unknown model, too long without
 ``truncate=True``), counted with the model's tokenizer, and produced to the topic of their
-length bucket with key = request_id. Replies arrive on the client's reply topic.
+length bucket, keyed by ``record_key`` (identical cacheable requests share a partition).
+Replies arrive on the client's reply topic. ``embed``, ``rerank`` and ``classify``
+(``producers.tasks``) and ``generate`` (``producers.generation``) are built on ``submit_many``.
 
 With ``cache_enabled`` a request is first looked up in the result cache (L1 in this process,
 L2 Redis, L3 S3): a hit is answered at once (``reply.cache_tier`` says which tier) and never
@@ -32,7 +34,6 @@ the broker lost. Apache Kafka with acks=all loses no acknowledged record: no res
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import threading
@@ -40,13 +41,12 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from headrace.cache.requests import request_key, request_scopes, shared_key
-from headrace.cache.store import Hit, TieredCache, open_cache
+from headrace.cache.store import open_cache
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
 from headrace.consumers.replies import ReplyListener
@@ -55,12 +55,12 @@ from headrace.limits.gate import Gate
 from headrace.models.registry import serving_version
 from headrace.producers.building import RequestBuilding
 from headrace.producers.generation import GenerationMixin
-from headrace.producers.inputs import (
-    Given,
-)
+from headrace.producers.inputs import Given
+from headrace.producers.lookups import Lookups
 from headrace.producers.resend import Resender, Unanswered
 from headrace.producers.semantic import Embedder, Lookup, SemanticCache
-from headrace.producers.submission import Submission, embedding_of, scores_of
+from headrace.producers.submission import Submission
+from headrace.producers.tasks import TaskMixin
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
@@ -76,29 +76,7 @@ from headrace.usage.meter import Totals, UsageMeter
 log = logging.getLogger(__name__)
 
 
-class _LookedUp:
-    """The cache lookups of one call, by key: a text repeated in one ``submit_many`` is
-    looked up once, so its copies are sent together even if the first is answered (and
-    cached) before the last is sent."""
-
-    def __init__(self) -> None:
-        self._hits: dict[str, Hit | None] = {}
-        self._generations: dict[tuple[str, ...], dict[str, int] | None] = {}
-
-    def hit(self, cache: TieredCache, key: str) -> Hit | None:
-        if key not in self._hits:
-            self._hits[key] = cache.get(key)
-        return self._hits[key]
-
-    def generations(self, cache: TieredCache, scopes: list[str]) -> dict[str, int] | None:
-        key = tuple(scopes)
-        if key not in self._generations:
-            self._generations[key] = cache.generations(scopes)
-        found = self._generations[key]
-        return None if found is None else dict(found)  # each request its own copy
-
-
-class Client(RequestBuilding, GenerationMixin):
+class Client(RequestBuilding, TaskMixin, GenerationMixin):
     def __init__(
         self,
         settings: Settings,
@@ -184,10 +162,10 @@ class Client(RequestBuilding, GenerationMixin):
         """Produce a prepared request (no checks) and return its submission; a cache hit is
         answered at once and not produced. ``semantic``: a generation the semantic cache
         may answer (``producers.semantic``), if its tenant opted in too."""
-        return self._send(request, bucket, semantic, _LookedUp())
+        return self._send(request, bucket, semantic, Lookups())
 
     def _send(
-        self, request: Request, bucket: int, semantic: bool, looked_up: _LookedUp
+        self, request: Request, bucket: int, semantic: bool, looked_up: Lookups
     ) -> Submission:
         """``send``, with the cache lookups of the call it belongs to (``submit_many``)."""
         remember: Lookup | None = None
@@ -327,7 +305,7 @@ class Client(RequestBuilding, GenerationMixin):
         prepared = self.prepare(texts, **options)  # type: ignore[arg-type]
         # each distinct request is looked up once, before any is sent: identical texts in one
         # call all go to the pipeline, which computes them once (in-flight coalescing)
-        looked_up = _LookedUp()
+        looked_up = Lookups()
         submissions = [self._send(r, bucket, False, looked_up) for r, bucket in prepared]
         self.flush()
         return submissions
@@ -335,46 +313,6 @@ class Client(RequestBuilding, GenerationMixin):
     def submit(self, text: str, *, request_id: str | None = None, **options: object) -> Submission:
         ids = [request_id] if request_id is not None else None
         return self.submit_many([text], request_ids=ids, **options)[0]
-
-    def embed(
-        self, texts: Sequence[Given], *, wait_s: float = 120.0, **options: object
-    ) -> list[list[float]]:
-        """Embeddings of ``texts`` in order (each a text, or token ids of the model's
-        tokenizer embedded as given); raises RequestFailedError on an error reply. (They
-        travel as float32 bytes: ``vector_encoding`` base64.)"""
-        options.setdefault("vector_encoding", "base64")
-        submissions = self.submit_many(texts, **options)
-        return [embedding_of(s.result(wait_s)) for s in submissions]
-
-    def rerank(
-        self, query: str, documents: Sequence[str], *, wait_s: float = 120.0, **options: object
-    ) -> list[float]:
-        """Each document's relevance to ``query`` in 0..1, in the documents' order (a
-        pipeline serving a ``rerank`` model); RequestFailedError on an error reply."""
-        submissions = self.submit_many([query] * len(documents), pairs=documents, **options)
-        return [scores_of(s.result(wait_s))["score"] for s in submissions]
-
-    def classify(
-        self, texts: Sequence[str], *, wait_s: float = 120.0, **options: object
-    ) -> list[dict[str, float]]:
-        """Each text's probability of each label (a pipeline serving a ``classify`` model;
-        ``pairs=`` for a pair classifier); RequestFailedError on an error reply."""
-        submissions = self.submit_many(texts, **options)
-        return [scores_of(s.result(wait_s)) for s in submissions]
-
-    async def aembed(
-        self, texts: Sequence[Given], *, wait_s: float = 120.0, **options: object
-    ) -> list[list[float]]:
-        options.setdefault("vector_encoding", "base64")
-        submissions = await asyncio.to_thread(self.submit_many, texts, **options)
-        replies = await asyncio.wait_for(
-            asyncio.gather(*(asyncio.wrap_future(s.future) for s in submissions)), wait_s
-        )
-        return [embedding_of(r) for r in replies]
-
-    async def asubmit(self, text: str, **options: Any) -> Reply:
-        submission = await asyncio.to_thread(self.submit, text, **options)
-        return await asyncio.wrap_future(submission.future)
 
     def cancel(self, request_id: str, *, tenant: str | None = None) -> None:
         """Ask the pipeline to cancel a request. Not yet computed: it is not computed and its
