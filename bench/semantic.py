@@ -252,7 +252,7 @@ def main(
     scope = "eval"
     with LocalStack(settings).while_needed():
         try:
-            vectors = embed(cached)
+            vectors = _batched(embed, cached)
             for i, (text, vector) in enumerate(zip(cached, vectors, strict=True)):
                 index.add(scope, vector, text, str(i))
             found = [index.search(scope, v) for v in _batched(embed, [q.text for q in queries])]
@@ -264,9 +264,13 @@ def main(
 
 
 def _batched(embed: Embedder, texts: list[str], size: int = 256) -> list[np.ndarray]:
-    out: list[np.ndarray] = []
-    for at in range(0, len(texts), size):
-        out.extend(embed(texts[at : at + size]))
+    """Each text's vector, in order; embedded in batches of similar lengths (little padding)."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out: list[np.ndarray] = [np.empty(0)] * len(texts)
+    for at in range(0, len(order), size):
+        chunk = order[at : at + size]
+        for i, vector in zip(chunk, embed([texts[i] for i in chunk]), strict=True):
+            out[i] = vector
     return out
 
 
