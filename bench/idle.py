@@ -8,7 +8,7 @@ client, twice: dormancy off (``kafka_fetch_dormant_after_s`` past the run) and a
 settings' defaults. For each:
 
 - CPU, percent of one core, over ``--seconds`` once everything has been idle past the
-  dormant point: the dispatcher, the worker (its pool included), tansu, and this process
+  dormant point: the dispatcher, the worker, tansu, and this process
   (the client's reply listener);
 - what dormancy costs: a lone request's latency after ``--silence`` seconds of silence, p50
   and the largest of ``--lone`` requests.
@@ -18,7 +18,7 @@ settings' defaults. For each:
 
 from __future__ import annotations
 
-import subprocess
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,22 +45,6 @@ class Idle:
     after_silence_ms: list[float] = field(default_factory=list)
 
 
-def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (a Celery worker's pool)."""
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [pid] + [p for child in out.split() for p in tree(int(child))]
-
-
-def cpu_of(pids: list[int]) -> float:
-    return sum(cpu.cpu_seconds(p) for p in pids)
-
-
-def broker_pid(settings: Settings) -> int:
-    """The stack's tansu."""
-    stack = {s.name: s for s in LocalStack(settings).status()}
-    return stack["kafka"].pid
-
-
 def measure(name: str, env: dict[str, str], seconds: float, silence_s: float, lone: int) -> Idle:
     settings = Settings(topic_prefix=env["HEADRACE_TOPIC_PREFIX"])
     dormant_after_s = float(
@@ -70,16 +54,15 @@ def measure(name: str, env: dict[str, str], seconds: float, silence_s: float, lo
         client.embed(["one request, so that every consumer has read"])
         # idle past the eager grace (1 s), and past the dormant point where there is one
         time.sleep(dormant_after_s + 2 if dormant_after_s < NEVER_S else 2)
-        procs = {
-            "dispatcher": [pipeline.dispatcher.pid],
-            "worker": tree(pipeline.workers[0].pid),
-            "tansu": [broker_pid(settings)],
+        pids = {  # the worker's pool is solo or threads: one process
+            "dispatcher": pipeline.dispatcher.pid,
+            "worker": pipeline.workers[0].pid,
+            "tansu": {s.name: s.pid for s in LocalStack(settings).status()}["kafka"],
+            "this process (client)": os.getpid(),
         }
-        before = {k: cpu_of(v) for k, v in procs.items()}
-        mine = time.process_time()
+        before = cpu.snapshot(pids)
         time.sleep(seconds)
-        used = {k: cpu_of(v) - before[k] for k, v in procs.items()}
-        used["this process (client)"] = time.process_time() - mine
+        used = cpu.delta(before, cpu.snapshot(pids))
         result = Idle(name, {k: 100 * v / seconds for k, v in used.items()})
         for i in range(lone):
             time.sleep(silence_s)

@@ -28,7 +28,7 @@ from headrace.schemas.messages import Reply, Request
 
 if TYPE_CHECKING:  # torch and the model are imported on first use: a client without a
     # semantic cache (and every process that imports the client) never loads them
-    from headrace.workers.backends.base import ModelBackend
+    from headrace.workers.backends.embedding import EmbeddingBackend
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +41,25 @@ class Embedder:
         self.settings = settings.model_copy(
             update={"model": settings.cache_semantic_model, "model_version": None}
         )
-        self._backend: ModelBackend | None = None
+        self._backend: EmbeddingBackend | None = None
         self._lock = threading.Lock()
 
     def __call__(self, texts: list[str]) -> npt.NDArray[np.float32]:
         with self._lock:
             if self._backend is None:
-                from headrace.workers.loading import load_backend
-
-                self._backend = load_backend(self.settings, [self.settings.buckets[0]])
+                self._backend = self._load()
             backend = self._backend
-            from headrace.workers.backends.embedding import EmbeddingBackend
-
-            assert isinstance(backend, EmbeddingBackend), "cache_semantic_model embeds"
             items = backend.encode(texts, [True] * len(texts))
             vectors, _, _ = backend.embed(items, [True] * len(texts))
         return vectors
+
+    def _load(self) -> EmbeddingBackend:
+        from headrace.workers.backends.embedding import EmbeddingBackend
+        from headrace.workers.loading import load_backend
+
+        backend = load_backend(self.settings, [self.settings.buckets[0]])
+        assert isinstance(backend, EmbeddingBackend), "cache_semantic_model embeds"
+        return backend
 
 
 @dataclass
