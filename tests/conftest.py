@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from headrace.config.settings import Settings
+from headrace.ops import processes
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from tests.sql_stores import store_url
@@ -19,6 +20,10 @@ from tests.sql_stores import store_url
 # (every bucket, its memory measured) at about a third of its cost, some 2.5 s of CPU a
 # worker on 2 cores, a hundred workers a run. Set before any Settings is read.
 os.environ.setdefault("HEADRACE_WARM_UP_ROWS", "1")
+# The pipelines' processes (about a hundred workers and forty dispatchers a run) are forked
+# from a parent that imported them once (headrace.ops.prefork): a worker is ready in about
+# 1.7 s, not 6-7 s. tests/ops/test_prefork.py checks a forked child behaves as a fresh one.
+processes.use_prefork()
 
 __all__ = ["store_url"]  # a fixture for every SQL-store test (jobs, the model registry)
 pytest_plugins = ["tests.parallel"]  # several xdist workers, safely
