@@ -37,7 +37,7 @@ def test_a_forked_command_prints_what_a_fresh_one_prints(tmp_path: Path) -> None
         check=True,
         cwd=tmp_path,
     )
-    child = prefork.shared().spawn(["settings"], env)
+    child = prefork.shared("worker").spawn(["settings"], env)
     assert child.stdout is not None
     output = child.stdout.read()
     assert child.wait(30) == 0
@@ -54,7 +54,7 @@ def test_the_child_runs_in_the_callers_directory(
     monkeypatch.chdir(tmp_path)
     env = _env(HEADRACE_CONFIG="headrace.toml")  # relative: read from the child's directory
     env.pop("HEADRACE_TOPIC_PREFIX", None)
-    child = prefork.shared().spawn(["settings"], env)
+    child = prefork.shared("worker").spawn(["settings"], env)
     assert child.stdout is not None
     output = child.stdout.read()
     assert child.wait(30) == 0, output
@@ -62,7 +62,7 @@ def test_the_child_runs_in_the_callers_directory(
 
 
 def test_exit_status_is_the_commands_own() -> None:
-    child = prefork.shared().spawn(["no-such-command"], _env())
+    child = prefork.shared("worker").spawn(["no-such-command"], _env())
     assert child.stdout is not None
     assert b"No such command" in child.stdout.read()
     assert child.wait(30) == 2  # typer's usage error, as a fresh interpreter exits
@@ -85,3 +85,18 @@ def test_signals_reach_the_child_and_its_status_says_so(stack: LocalStack, tmp_p
         os.kill(proc.pid, sig)
         assert proc.popen.wait(30) == -sig
         assert proc.exit_code() == -sig and not proc.alive()
+
+
+def test_the_dispatchers_parent_imports_nothing_of_the_workers() -> None:
+    """A forked process serves the metric families its parent's imports registered: the
+    dispatcher's parent must not import the worker's (`headrace top` tells them apart by
+    those), nor torch (a dispatcher starts without it, tests/test_startup.py)."""
+    names = " ".join(prefork.PRELOAD["dispatcher"])
+    code = (
+        f"import importlib, sys\nfor n in {names!r}.split(): importlib.import_module(n)\n"
+        "print(' '.join(m for m in ('torch', 'headrace.workers.metrics') if m in sys.modules))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == ""
+    assert "headrace.workers.worker" in prefork.PRELOAD["worker"]

@@ -2,9 +2,10 @@
 
 A worker spends most of its start importing: torch, Celery and transformers' model modules
 (about 5.5 of its 6-7 s on a 2-core machine, before it loads a byte of weights). A local
-pipeline that starts and restarts many of them (the test suite: about 50 workers and 40
-dispatchers) pays that every time. With prefork on (``processes.use_prefork``), one server
-process per caller imports everything once (``PRELOAD``) and forks a child per process,
+pipeline that starts and restarts many of them (the test suite: about a hundred workers and
+forty dispatchers) pays that every time. With prefork on (``processes.use_prefork``), one
+server process per command (worker, dispatcher) and caller imports what that command
+imports, once (``PRELOAD``), and forks a child per process,
 which runs the same ``headrace`` command line with its own environment, stdin from
 /dev/null and stdout/stderr to the pipe its caller passed over the socket, as
 ``subprocess.Popen`` would. Gunicorn's ``--preload`` and Celery's prefork pool start their
@@ -36,21 +37,25 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
-# What a worker and a dispatcher import before they serve (the models' modules included:
-# transformers resolves them lazily, at the first from_pretrained)
-PRELOAD = (
-    "headrace.ops.cli",
-    "headrace.workers.dispatcher.io.shell",
-    "headrace.workers.worker",
-    "headrace.workers.loading",
-    "celery.apps.worker",
-    "celery.worker.consumer",
-    "kombu.transport.redis",
-    "transformers.models.auto.modeling_auto",
-    "transformers.models.auto.tokenization_auto",
-    "transformers.models.bert.modeling_bert",  # MiniLM and the cross-encoders
-    "transformers.models.gpt2.modeling_gpt2",  # the test LM
-)
+# What each command imports before it serves, one server per command: a dispatcher forked
+# from a parent that imported the worker's modules too would serve their (empty) metric
+# families, and `headrace top` would take it for a worker. transformers resolves a model's
+# modules lazily, at the first from_pretrained: the worker's are named here.
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "worker": (
+        "headrace.ops.cli",
+        "headrace.workers.worker",
+        "headrace.workers.loading",
+        "celery.apps.worker",
+        "celery.worker.consumer",
+        "kombu.transport.redis",
+        "transformers.models.auto.modeling_auto",
+        "transformers.models.auto.tokenization_auto",
+        "transformers.models.bert.modeling_bert",  # MiniLM and the cross-encoders
+        "transformers.models.gpt2.modeling_gpt2",  # the test LM
+    ),
+    "dispatcher": ("headrace.ops.cli", "headrace.workers.dispatcher.io.shell"),
+}
 _MESSAGE_LIMIT = 1 << 20
 _STARTED = b"ready\n"
 
@@ -129,14 +134,14 @@ class Forked:
 
 
 class Preforker:
-    """The server process (started here) and a way to ask it for children."""
+    """The server process for ``command`` (started here) and a way to ask it for children."""
 
-    def __init__(self, ready_timeout_s: float = 180.0) -> None:
+    def __init__(self, command: str) -> None:
         self._dir = tempfile.mkdtemp(prefix="headrace-prefork-")
         self.socket_path = str(Path(self._dir) / "server.sock")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._server = subprocess.Popen(
-            [sys.executable, "-m", "headrace.ops.prefork", self.socket_path],
+            [sys.executable, "-m", "headrace.ops.prefork", self.socket_path, command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             env=env,
@@ -182,22 +187,23 @@ class Preforker:
             os.rmdir(self._dir)
 
 
-_shared: Preforker | None = None
+_shared: dict[str, Preforker] = {}
 _shared_lock = threading.Lock()
 
 
-def shared() -> Preforker:
-    """This process's prefork server, started at the first call."""
-    global _shared
+def shared(command: str) -> Preforker:
+    """This process's prefork server for ``command`` (a key of ``PRELOAD``), started at the
+    first call."""
     with _shared_lock:
-        if _shared is None or _shared._server.poll() is not None:
-            _shared = Preforker()
-        return _shared
+        server = _shared.get(command)
+        if server is None or server._server.poll() is not None:
+            server = _shared[command] = Preforker(command)
+        return server
 
 
 # --- the server -----------------------------------------------------------------------------
-def serve(socket_path: str) -> None:
-    for name in PRELOAD:
+def serve(socket_path: str, command: str) -> None:
+    for name in PRELOAD[command]:
         importlib.import_module(name)
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -319,4 +325,4 @@ def _child(request: dict[str, Any], out_fd: int, closers: list[socket.socket]) -
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], sys.argv[2])

@@ -27,9 +27,9 @@ _prefork = {"on": False}
 
 
 def use_prefork(on: bool = True) -> None:
-    """Start every later ``Proc`` by forking a parent that imported it already
-    (``headrace.ops.prefork``: a worker ready in about 1 s, not 6-7) or, off, as a fresh
-    interpreter (the default)."""
+    """Start every later worker and dispatcher ``Proc`` by forking a parent that imported it
+    already (``headrace.ops.prefork``: a worker ready in under 2 s, not 6-7) or, off, as a
+    fresh interpreter (the default)."""
     _prefork["on"] = on
 
 
@@ -85,8 +85,8 @@ class Proc:
             return self
         self._ready.clear()
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the reader thread
-        if _prefork["on"]:
-            self.popen = prefork.shared().spawn(self.args, self.env)
+        if _prefork["on"] and self.args[0] in prefork.PRELOAD:
+            self.popen = prefork.shared(self.args[0]).spawn(self.args, self.env)
         else:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "headrace.ops.cli", *self.args],
