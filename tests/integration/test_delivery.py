@@ -113,6 +113,15 @@ def test_cancel_while_running_finishes_but_answers_cancelled(
     if not any(w.alive() for w in pipeline.workers):
         pipeline.add_worker("all")
     with Client(settings, tenant="delivery") as client:
+        # the dispatcher has seen the worker: a bucket without one for degrade_after_s (1 s
+        # here) is answered `unavailable` by the ladder, and a worker that just said READY
+        # may not have beaten yet (seen on two xdist workers: the slow request got that)
+        eventually(
+            lambda: client.submit("is a worker serving?").result(30).result is not None,
+            30,
+            "a request answered by the new worker",
+            every_s=0.2,
+        )
         started = time.monotonic()
         running = client.submit(f"this one takes a while {SLOW}")
         ledger = RedisLedger(redis_client(settings), settings.topic_prefix, 60)
