@@ -1,6 +1,6 @@
 """The suite on several xdist workers (two by default; ``HEADRACE_TEST_WORKERS=N ./dev test``
 for N, 0 for one process), with what the tests share kept safe. On CI's 2 cores two workers
-took the test phase from 23:47 to 16:43 (docs/benchmarks.md): most tests wait on other
+took the test phase from 23:47 to 16:43-18:00 (docs/benchmarks.md): most tests wait on other
 processes (a worker loading, a fault's seconds, a broker's group join) as much as they
 compute, and the pipelines' processes start forked (``headrace.ops.prefork``). Two
 workers used to be slower, when every worker start cost 6-9 s of imports.
