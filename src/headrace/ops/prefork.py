@@ -102,9 +102,6 @@ class Forked:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def _read(self, blocking: bool, timeout: float = 0.0) -> None:
         """Take the server's exit report for this child, if it came (under the lock)."""
         if b"\n" not in self._buffer:
