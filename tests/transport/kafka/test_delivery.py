@@ -142,7 +142,7 @@ def test_records_stuck_on_a_producer_are_read_back_and_only_the_missing_sent_aga
             if offset is None or at >= offset:
                 yield Record(topic, partition, at, key, value)
 
-    writer = delivery.ReliableProducer(lambda: next(made), timeout_s=5, readback=readback)
+    writer = delivery.ReliableProducer(lambda **_: next(made), timeout_s=5, readback=readback)
     for i in range(4):
         writer.send("t", f"r-{i}".encode(), key=f"r-{i}".encode())
     log += [(b"r-0", b"r-0"), (b"r-2", b"r-2")]  # two made it to the log before the stall
@@ -158,3 +158,39 @@ def test_records_stuck_on_a_producer_are_read_back_and_only_the_missing_sent_aga
         (b"r-2", 1),
         (b"r-3", 3),
     ]
+
+
+def test_a_replacement_waits_briefly_for_the_broker_and_is_tried_again_next_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the broker is down a fresh producer cannot be made: the replacement is given
+    a short bootstrap (not kafka-python's 30 s) and tried again on the flush's next round,
+    not a whole stall later (CI: a 60 s flush ran out that way during broker restarts)."""
+    monkeypatch.setattr(delivery, "STALL_S", 1.0)
+    monkeypatch.setattr(delivery, "SLICE_S", 0.05)
+    log: list[tuple[bytes | None, bytes]] = []
+    calls: list[tuple[float, dict[str, Any]]] = []
+    producers = iter([_Producer(stuck=True, log=log), _Producer(stuck=False, log=log)])
+
+    def factory(**options: Any) -> _Producer:
+        calls.append((time.monotonic(), options))
+        if len(calls) == 2:  # the first replacement: the broker is not back yet
+            raise KafkaTimeoutError("Unable to bootstrap")
+        return next(producers)
+
+    def readback(topic: str, partition: int, offset: int | None) -> Iterator[Record]:
+        for at, (key, value) in enumerate(log):
+            if offset is None or at >= offset:
+                yield Record(topic, partition, at, key, value)
+
+    writer = delivery.ReliableProducer(factory, timeout_s=10, readback=readback)
+    writer.send("t", b"r-0", key=b"r-0")
+
+    landed = writer.flush()
+
+    assert [d.key for d in landed] == [b"r-0"] and log == [(b"r-0", b"r-0")]
+    assert [options for _, options in calls] == [{}] + [
+        {"bootstrap_timeout_ms": int(delivery.REPLACE_BOOTSTRAP_S * 1000)}
+    ] * 2
+    retried_after_s = calls[2][0] - calls[1][0]
+    assert retried_after_s < 0.5, f"tried again {retried_after_s:.2f}s after (stall: 1 s)"

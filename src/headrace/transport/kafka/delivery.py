@@ -19,6 +19,12 @@ restarts of tansu in 4 s: 20 records unanswered for 60 s). With a ``readback``, 
 stuck like that for ``STALL_S`` are given up on that producer: it is closed (it can send
 nothing more), the partition is read back, and only the records not found are sent again on
 a fresh producer.
+
+A fresh producer is made only while the broker answers: kafka-python's constructor waits up
+to ``bootstrap_timeout_ms`` (30 s by default) for the cluster, which during a broker restart
+ate half of a 60 s flush (seen in CI: the resend path tried a fresh producer while tansu was
+down, then the stuck producer had too little time left to be given up). A replacement waits
+``REPLACE_BOOTSTRAP_S`` at most and the flush tries again on its next round.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
 PRUNE_AT = 10_000
 STALL_S = 15.0  # a batch waiting this long, nothing in flight, its leader not connected
 SLICE_S = 2.0  # a flush looks at its records this often
+REPLACE_BOOTSTRAP_S = 3.0  # a fresh producer waits this long for the broker, then next round
 
 
 # (topic, partition, first offset or None for the partition's first) -> its records to the end
@@ -61,7 +68,8 @@ class _Sent:
 class ReliableProducer:
     def __init__(
         self,
-        factory: Callable[[], KafkaProducer],
+        # called bare for the first producer; with ``bootstrap_timeout_ms`` for a replacement
+        factory: Callable[..., KafkaProducer],
         timeout_s: float,
         readback: ReadBack | None = None,
     ) -> None:
@@ -109,13 +117,15 @@ class ReliableProducer:
             lost_ids = {id(s) for s in lost}
             delivered += [_delivered(s) for s in acked if id(s) not in lost_ids]
             stuck_since = self._stuck_since(waiting, stuck_since)
+            given_up = None
             if stuck_since is not None and time.monotonic() - stuck_since >= STALL_S:
-                stuck_since = None
-                given_up = self._give_up(waiting)
+                given_up = self._give_up(waiting)  # on a fresh producer when not None
                 if given_up is not None:
                     found, missing = given_up
                     delivered += found
                     waiting, failed = [], failed + missing
+                else:  # no fresh producer yet: try again next round, not a whole stall later
+                    stuck_since = time.monotonic() - STALL_S
             if not failed and not waiting:
                 return delivered
             if time.monotonic() >= deadline:
@@ -136,9 +146,10 @@ class ReliableProducer:
             log.warning(
                 "%d records not delivered (%r); sending them again", len(failed), _error(failed)
             )
-            time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
-            attempt += 1
-            self._replace()
+            if given_up is None:
+                time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                attempt += 1
+                self._replace()
             for s in failed:
                 self.send(s.topic, s.value, s.key, s.headers)
 
@@ -242,7 +253,7 @@ class ReliableProducer:
         """A fresh producer first (creating one fails while the broker is unreachable: then
         keep the old one and try again on the next round), then close the failed one."""
         try:
-            fresh = self._factory()
+            fresh = self._factory(bootstrap_timeout_ms=int(REPLACE_BOOTSTRAP_S * 1000))
         except Exception as exc:
             log.warning("no fresh producer yet (%r); keeping the old one", exc)
             return

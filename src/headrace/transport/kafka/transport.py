@@ -75,7 +75,7 @@ class KafkaTransport:
             return records_after(settings, topic, partition, offset)
 
         return ReliableProducer(
-            lambda: clients.producer(settings, **overrides),
+            lambda **more: clients.producer(settings, **overrides, **more),
             delivery_timeout_s,
             readback=readback if self.guarantees.loses_acked_records else None,
         )
