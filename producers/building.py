@@ -33,6 +33,7 @@ from headrace.schemas.params import EmbedParams, GenerateParams, Priority, Score
 if TYPE_CHECKING:
     from headrace.cache.store import TieredCache
     from headrace.config.settings import Settings
+    from headrace.producers.config import ClientConfig
 
 # Envelope bytes a request's JSON adds to its text (ids, topic, times), generously rounded up.
 ENVELOPE_BYTES = 2048
@@ -41,7 +42,8 @@ ENVELOPE_BYTES = 2048
 class RequestBuilding:
     """What ``Client`` builds requests with."""
 
-    settings: Settings
+    settings: Settings  # the model registry is read through it
+    config: ClientConfig
     tenant: str
     reply_topic: str
     cache: TieredCache | None
@@ -74,7 +76,7 @@ class RequestBuilding:
         ``pairs`` entry where there is one (a rerank's query and document). ``semantic``: a
         generation that the semantic cache may answer (it carries a cache directive even
         when it would not repeat)."""
-        model = model or self.settings.model
+        model = model or self.config.model
         spec = resolve(self.settings, model)  # UnknownModelError
         task = asked_task(spec.task, generation is not None)
         if spec.task != task:
@@ -83,7 +85,7 @@ class RequestBuilding:
             raise ValueError("request_ids and texts differ in length")
         pairs = checked_pairs(pairs, len(texts), task)
         # a prompt leaves room for at least one generated token
-        limit = min(spec.max_tokens - (generation is not None), self.settings.buckets[-1])
+        limit = min(spec.max_tokens - (generation is not None), self.config.buckets[-1])
         cut = generation.truncate if generation is not None else truncate
         tokenizer = tokenizer_of(spec, self.settings)
         given = token_ids(texts, tokenizer, model)
@@ -111,10 +113,10 @@ class RequestBuilding:
         # a deterministic generation outside a conversation is cached like an embedding
         repeats = generation is None or (generation.deterministic() and session_id is None)
         if self.cache is not None and (repeats or (semantic and session_id is None)):
-            if cache_class not in self.settings.cache_classes:
+            if cache_class not in self.config.cache_classes:
                 raise InvalidRequestError(
                     f"unknown cache class {cache_class!r}; known: "
-                    + ", ".join(sorted(self.settings.cache_classes))
+                    + ", ".join(sorted(self.config.cache_classes))
                 )
             directive = CacheDirective(entry_class=cache_class, tags=list(tags))
         out = []
@@ -147,12 +149,12 @@ class RequestBuilding:
             # a UTF-8 character takes at most 4 bytes (JSON escapes of controls, 6: rare); a
             # token id at most 11 (ten digits and a comma)
             most = len(text) * 6 + len(given[i] or ()) * 11 + ENVELOPE_BYTES
-            if most > self.settings.max_request_bytes:
+            if most > self.config.max_request_bytes:
                 size = len(request.model_dump_json())
-                if size > self.settings.max_request_bytes:
+                if size > self.config.max_request_bytes:
                     raise RequestTooLargeError(
                         f"text {i} makes a {size}-byte request; the limit is "
-                        f"{self.settings.max_request_bytes} (max_request_bytes)"
+                        f"{self.config.max_request_bytes} (max_request_bytes)"
                     )
-            out.append((request, bucket_for(tokens, self.settings.buckets)))
+            out.append((request, bucket_for(tokens, self.config.buckets)))
         return out

@@ -54,6 +54,7 @@ from headrace.health.tracing import headers_of, submitting
 from headrace.limits.gate import Gate
 from headrace.models.registry import serving_version
 from headrace.producers.building import RequestBuilding
+from headrace.producers.config import ClientConfig
 from headrace.producers.generation import GenerationMixin
 from headrace.producers.inputs import Given
 from headrace.producers.lookups import Lookups
@@ -86,45 +87,48 @@ class Client(RequestBuilding, TaskMixin, GenerationMixin):
         listen: bool = True,
         transport: Transport | None = None,
         lane: Lane = "online",
+        config: ClientConfig | None = None,
     ) -> None:
         """``listen``: False for a caller that reads its reply topic itself (bulk jobs): no
         reply listener and no resends; only ``send_nowait`` and ``cancel`` then.
         ``transport``: the broker client (``open_transport(settings)`` by default).
         ``lane``: ``bulk`` for work that may wait for online traffic (bulk jobs use it).
         ``settings`` is built by the caller (``Settings()`` reads the environment): the
-        client itself reads none."""
+        client itself reads none. The client's own policy is ``config``
+        (``ClientConfig.of(settings)`` by default); ``settings`` opens its connections."""
         self.settings = settings
+        self.config = config or ClientConfig.of(settings)
         self.tenant = check_tenant(tenant)  # TenantNameError before anything connects
         # its signing key, where the tenant has one: its requests and cancellations are signed
-        self._key = tenant_key(self.settings.tenant_keys_dir, self.tenant)
+        self._key = tenant_key(self.config.tenant_keys_dir, self.tenant)
         self.lane: Lane = lane
-        self.topics = Topics(self.settings.topic_prefix)
+        self.topics = Topics(self.config.topic_prefix)
         self.reply_topic = reply_topic or self.topics.replies("default")
         self.transport = transport or open_transport(self.settings)
-        self.transport.ensure_topics([self.topics.requests(b, lane) for b in self.settings.buckets])
+        self.transport.ensure_topics([self.topics.requests(b, lane) for b in self.config.buckets])
         self.transport.ensure_topics([self.reply_topic, self.topics.control], partitions=1)
-        self._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
-        self._producer = self.transport.writer(self.settings.reply_delivery_timeout_s)
+        self._slots = threading.BoundedSemaphore(self.config.max_pending)
+        self._producer = self.transport.writer(self.config.delivery_timeout_s)
         self._listener = ReplyListener(self.transport, self.reply_topic).start() if listen else None
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
         # against a broker that may lose an acknowledged request: sent again if unanswered
-        after_s = resend_after_s(self.settings, self.transport.guarantees)
+        after_s = resend_after_s(self.config.resend_after_s, self.transport.guarantees)
         self._resender = (
-            Resender(after_s, self.settings.client_max_resends, self._resend, self.flush)
+            Resender(after_s, self.config.max_resends, self._resend, self.flush)
             if listen and after_s is not None
             else None
         )
         # online requests to a bucket past its backlog bound, or of a tenant over its limits,
         # are refused before they are produced (LimitedError)
         self._gate = Gate(redis_client(self.settings, timeout_s=0.5), self.settings)
-        self.cache = open_cache(self.settings).listen() if self.settings.cache_enabled else None
+        self.cache = open_cache(self.settings).listen() if self.config.cache_enabled else None
         # cache hits count in the tenant's usage (a hit costs no device time)
         self._usage = (
-            UsageMeter(self.cache.l2.redis, self.settings.topic_prefix) if self.cache else None
+            UsageMeter(self.cache.l2.redis, self.config.topic_prefix) if self.cache else None
         )
         self.semantic = (
             SemanticCache(self.settings, self.cache, Embedder(self.settings))
-            if self.cache is not None and self.settings.cache_semantic_tenants
+            if self.cache is not None and self.config.semantic_cache
             else None
         )
         self._owner = True  # False in a tenant view: its connections are this client's
@@ -143,8 +147,8 @@ class Client(RequestBuilding, TaskMixin, GenerationMixin):
             if view is None:
                 view = copy.copy(self)  # shallow: shares every connection
                 view.tenant = check_tenant(tenant)
-                view._key = tenant_key(self.settings.tenant_keys_dir, view.tenant)
-                view._slots = threading.BoundedSemaphore(self.settings.client_max_pending)
+                view._key = tenant_key(self.config.tenant_keys_dir, view.tenant)
+                view._slots = threading.BoundedSemaphore(self.config.max_pending)
                 view._owner = False
                 self._views[tenant] = view
             return view
@@ -250,7 +254,7 @@ class Client(RequestBuilding, TaskMixin, GenerationMixin):
 
     def _resend(self, u: Unanswered) -> None:
         """To the bucket its token count names (where the dispatcher reads it), its lane."""
-        bucket = bucket_for(u.request.token_count or 0, self.settings.buckets)
+        bucket = bucket_for(u.request.token_count or 0, self.config.buckets)
         lane = self._lane_of(u.request)
         self._produce(self.topics.requests(bucket, lane), u.request, u.traceparent)
 
@@ -354,15 +358,13 @@ class Client(RequestBuilding, TaskMixin, GenerationMixin):
             log.warning("could not cancel %d abandoned requests", len(request_ids), exc_info=True)
 
     def _take_slot(self) -> None:
-        s = self.settings
-        blocking = s.client_on_full == "block"
-        if self._slots.acquire(
-            blocking=blocking, timeout=s.client_block_timeout_s if blocking else None
-        ):
+        c = self.config
+        blocking = c.on_full == "block"
+        if self._slots.acquire(blocking=blocking, timeout=c.block_timeout_s if blocking else None):
             return
         raise BackpressureError(
-            f"{s.client_max_pending} requests await replies (client_max_pending)"
-            + (f"; none answered within {s.client_block_timeout_s}s" if blocking else "")
+            f"{c.max_pending} requests await replies (client_max_pending)"
+            + (f"; none answered within {c.block_timeout_s}s" if blocking else "")
         )
 
     # --- lifecycle -------------------------------------------------------------------------------

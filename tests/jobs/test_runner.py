@@ -205,7 +205,9 @@ def test_cancel_mid_run(shared_pipeline: Pipeline, shared_prefix: str, tmp_path:
     result: list[object] = []
     thread = threading.Thread(
         target=lambda: result.append(
-            JobRunner(store, job.id, settings, RunOptions(window=20, cancel_wait_s=20)).run()
+            JobRunner(
+                store, job.id, settings, RunOptions.of(settings, window=20, cancel_wait_s=20)
+            ).run()
         )
     )
     thread.start()

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from headrace.config.settings import Settings
 from headrace.gateway.api import ApiError, Tenant
 from headrace.gateway.caps import check_open_jobs
+from headrace.gateway.config import GatewayConfig
 from headrace.gateway.files_api import list_page, owned_file, unix
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
@@ -114,13 +115,14 @@ def owned_job(store: JobStore, batch_id: str, tenant: str, kind: str = "batch") 
     return job
 
 
-def batches_router(settings: Settings, store: JobStore) -> APIRouter:
+def batches_router(settings: Settings, config: GatewayConfig, store: JobStore) -> APIRouter:
+    """``settings``: handed on to the job machinery (``new_job``)."""
     router = APIRouter()
 
     @router.post("/v1/batches")
     def create_batch(tenant: Tenant, body: BatchCreate) -> dict[str, Any]:
         source = owned_file(store, body.input_file_id, tenant)
-        check_open_jobs(store, settings, tenant)
+        check_open_jobs(store, config.tenant_max_open_jobs, tenant)
         if source.purpose != "batch":
             message = f"{source.id} has purpose {source.purpose!r}; a batch reads 'batch' files"
             raise ApiError(400, message, "invalid_value", param="input_file_id")

@@ -3,14 +3,13 @@ files and bytes are checked where files are uploaded, ``files_api``)."""
 
 from __future__ import annotations
 
-from headrace.config.settings import Settings
 from headrace.gateway.api import ApiError
 from headrace.jobs.store import JobStore
 
 
-def check_open_jobs(store: JobStore, settings: Settings, tenant: str) -> None:
-    """429 ``open_jobs_limit_exceeded`` when ``tenant`` has its cap of jobs not yet ended."""
-    cap = settings.tenant_max_open_jobs
+def check_open_jobs(store: JobStore, cap: int, tenant: str) -> None:
+    """429 ``open_jobs_limit_exceeded`` when ``tenant`` has ``cap`` jobs not yet ended
+    (``tenant_max_open_jobs``; 0: no cap)."""
     if not cap:
         return
     open_now = store.open_jobs(tenant)

@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import FileResponse
 
-from headrace.config.settings import Settings
 from headrace.gateway.api import ApiError, Tenant
+from headrace.gateway.config import GatewayConfig
 from headrace.jobs.files import disk_full, is_s3
 from headrace.jobs.store import File as FileRecord
 from headrace.jobs.store import JobNotFound, JobStore
@@ -65,9 +65,9 @@ def list_page(data: list[dict[str, Any]], limit: int) -> dict[str, Any]:
     }
 
 
-def files_router(settings: Settings, store: JobStore) -> APIRouter:
+def files_router(config: GatewayConfig, store: JobStore) -> APIRouter:
     router = APIRouter()
-    files_dir = (settings.shared_dir / "files").resolve()
+    files_dir = config.files_dir
 
     @router.post("/v1/files")
     def upload(
@@ -88,7 +88,7 @@ def files_router(settings: Settings, store: JobStore) -> APIRouter:
             message = "expires_after needs both anchor (created_at) and seconds"
             raise ApiError(400, message, "invalid_value", param="expires_after")
         held, held_bytes = store.file_totals(tenant)
-        if settings.tenant_max_files and held >= settings.tenant_max_files:
+        if config.tenant_max_files and held >= config.tenant_max_files:
             message = (
                 f"this tenant holds {held} files, its cap (tenant_max_files); delete some first"
             )
@@ -100,10 +100,10 @@ def files_router(settings: Settings, store: JobStore) -> APIRouter:
             with open(target, "wb") as out:  # streamed: a large file is not held in memory
                 while chunk := file.file.read(CHUNK):
                     size += len(chunk)
-                    if size > settings.max_file_bytes:
+                    if size > config.max_file_bytes:
                         out.close()
                         target.unlink(missing_ok=True)
-                        message = f"the file is larger than {settings.max_file_bytes} bytes"
+                        message = f"the file is larger than {config.max_file_bytes} bytes"
                         raise ApiError(400, message, "file_too_large", param="file")
                     out.write(chunk)
         except OSError as exc:
@@ -112,7 +112,7 @@ def files_router(settings: Settings, store: JobStore) -> APIRouter:
                 raise
             message = "no space left on the gateway's disk for the upload; try again later"
             raise ApiError(507, message, "disk_full", param="file") from exc
-        cap = settings.tenant_max_file_bytes
+        cap = config.tenant_max_file_bytes
         if cap and held_bytes + size > cap:
             target.unlink(missing_ok=True)
             message = (

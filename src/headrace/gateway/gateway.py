@@ -27,6 +27,7 @@ from headrace.connections import redis_client
 from headrace.gateway import api
 from headrace.gateway.batches_api import batches_router
 from headrace.gateway.completions import completions_router
+from headrace.gateway.config import GatewayConfig
 from headrace.gateway.embeddings_api import embeddings_router
 from headrace.gateway.files_api import files_router
 from headrace.gateway.jobs_api import jobs_router
@@ -37,6 +38,7 @@ from headrace.jobs.pool import RunnerPool
 from headrace.jobs.store import JobStore
 from headrace.jobs.usage import flush
 from headrace.producers.client import Client
+from headrace.producers.config import ClientConfig
 from headrace.usage.meter import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     """The gateway's composition root: everything it serves is built here from ``settings``
     (the CLI's ``Settings()`` reads the environment; nothing below reads it again)."""
+    config = GatewayConfig.of(settings)
     store = JobStore(settings.sql_url)
     # one Client for the process (one producer, one reply listener, one resender), made at
     # the first call; each tenant gets a view of it (its name, signing key, pending slots)
@@ -55,7 +58,7 @@ def create_app(settings: Settings) -> FastAPI:
     stop_flushing = threading.Event()
 
     def flush_usage() -> None:  # closed minutes of tenant usage: Redis -> the SQL store
-        while not stop_flushing.wait(settings.usage_flush_every_s):
+        while not stop_flushing.wait(config.usage_flush_every_s):
             try:
                 flush(store, meter)
             except Exception:  # Redis or SQL away: the minutes wait in Redis
@@ -66,7 +69,7 @@ def create_app(settings: Settings) -> FastAPI:
         flusher = threading.Thread(target=flush_usage, name="usage-flush", daemon=True)
         flusher.start()
         # bulk and single jobs: carried out here (0: by `headrace batch runner` processes)
-        pool = RunnerPool(store, settings).start() if settings.job_runners else None
+        pool = RunnerPool(store, settings).start() if config.job_runners else None
         yield
         if pool is not None:
             pool.close()
@@ -76,26 +79,26 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="headrace gateway", version="1", lifespan=lifespan)
     app.state.store = store
-    api.install(app, settings.max_body_bytes, settings.max_file_bytes)
+    api.install(app, config.max_body_bytes, config.max_file_bytes)
 
     # a tenant at its pending cap is answered 429 at once: a call blocked waiting for a
     # slot would hold a thread of the pool every tenant's calls share
-    per_tenant = settings.model_copy(update={"client_on_full": "raise"})
+    client_config = ClientConfig.of(settings, on_full="raise")
 
     def client_for(tenant: str) -> Client:
         with shared_lock:
             if not shared:
-                shared.append(Client(per_tenant, tenant=tenant))
+                shared.append(Client(settings, tenant=tenant, config=client_config))
         return shared[0].for_tenant(tenant)
 
     app.include_router(embeddings_router(client_for))
     app.include_router(completions_router(client_for))
     app.include_router(scoring_router(client_for))
     app.include_router(models_router(settings))
-    app.include_router(files_router(settings, store))
-    app.include_router(batches_router(settings, store))
+    app.include_router(files_router(config, store))
+    app.include_router(batches_router(settings, config, store))
     app.include_router(usage_router(store, meter))
-    app.include_router(jobs_router(settings, store))
+    app.include_router(jobs_router(settings, config, store))
 
     # --- health: scraped and probed without an API key -------------------------------------
     @app.get("/metrics", include_in_schema=False)

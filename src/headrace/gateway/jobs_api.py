@@ -15,6 +15,7 @@ from headrace.config.settings import Settings
 from headrace.gateway.api import ApiError, Tenant
 from headrace.gateway.batches_api import owned_job
 from headrace.gateway.caps import check_open_jobs
+from headrace.gateway.config import GatewayConfig
 from headrace.jobs.formats import Invalid, parse_line
 from headrace.jobs.launch import new_job
 from headrace.jobs.single import KIND, job_object
@@ -52,9 +53,10 @@ class JobCreate(BaseModel):
         return URL_OF[given[0]], body
 
 
-def jobs_router(settings: Settings, store: JobStore) -> APIRouter:
+def jobs_router(settings: Settings, config: GatewayConfig, store: JobStore) -> APIRouter:
+    """``settings``: handed on to the job machinery (webhooks, ``new_job``)."""
     router = APIRouter()
-    files_dir = (settings.shared_dir / "files").resolve()
+    files_dir = config.files_dir
 
     @router.post("/v1/jobs")
     def create_job(tenant: Tenant, body: JobCreate) -> dict[str, Any]:
@@ -63,7 +65,7 @@ def jobs_router(settings: Settings, store: JobStore) -> APIRouter:
         parsed = parse_line(line, 1, "openai", url)
         if isinstance(parsed, Invalid):
             raise ApiError(400, parsed.reason, "invalid_value")
-        check_open_jobs(store, settings, tenant)
+        check_open_jobs(store, config.tenant_max_open_jobs, tenant)
         metadata: dict[str, str] = dict(body.metadata or {})
         if body.webhook_url is not None:
             try:

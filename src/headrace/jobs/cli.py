@@ -97,7 +97,7 @@ def _run(
                 rate=f"{speed:.0f}" if speed else "-",
             )
 
-        options = RunOptions(truncate=truncate, take_over=take_over)
+        options = RunOptions.of(settings, truncate=truncate, take_over=take_over)
         runner = JobRunner(store, job_id, settings, options, on_progress=show, owner=owner)
         try:
             job = runner.run_to_end()
@@ -174,7 +174,8 @@ def run(
         serve_health(port)
     except OSError as exc:  # several runners on one host: the port is another's
         logging.getLogger(__name__).warning("no /metrics on port %s: %s", port, exc)
-    options = RunOptions(
+    options = RunOptions.of(
+        settings,
         truncate=truncate,
         window=window,
         lane="online" if lane == "online" else "bulk",

@@ -54,7 +54,7 @@ class RunnerPool:
         self.store = store
         self.settings = settings
         self.slots = settings.job_runners if slots is None else slots
-        self.options = options or RunOptions()
+        self.options = options or RunOptions.of(settings)
         self.owner = runner_id()
         self.stop = threading.Event()
         self.running: dict[str, threading.Thread] = {}
@@ -62,7 +62,9 @@ class RunnerPool:
         self.singles = SingleJobs(store, settings, self.transport)
         # a single job's request still unanswered this long is sent again, where the broker
         # may lose it (the transport's guarantees)
-        self._resend_after_s = resend_after_s(settings, self.transport.guarantees)
+        self._resend_after_s = resend_after_s(
+            settings.client_resend_after_s, self.transport.guarantees
+        )
         self._threads: list[threading.Thread] = []
         self._swept = -SWEEP_EVERY_S
 
@@ -89,7 +91,7 @@ class RunnerPool:
                 self.step()
             except Exception:  # the job store or the broker away: try again next pass
                 log.warning("runner pool pass failed", exc_info=True)
-            self.stop.wait(self.settings.job_poll_s)
+            self.stop.wait(self.options.poll_s)
 
     def _fairly(self, limit: int, kind: str) -> list[Job]:
         """Up to ``limit`` claimable jobs of ``kind``, taken round the tenants: the oldest job
@@ -106,7 +108,7 @@ class RunnerPool:
         if now - self._swept >= SWEEP_EVERY_S:
             self._swept = now
             remove_expired_files(self.store)
-        lease_s = self.options.lease_s or self.settings.job_lease_s
+        lease_s = self.options.lease_s
         for job_id in list(self.singles.submitted):
             if not self.store.renew(job_id, self.owner, lease_s):
                 self.singles.submitted.pop(job_id, None)  # ended, or taken over

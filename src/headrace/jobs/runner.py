@@ -83,13 +83,12 @@ class JobRunner:
         self.halt = halt or threading.Event()
         self.job_id = job_id
         self.settings = settings
-        self.options = options or RunOptions()
+        self.options = options or RunOptions.of(settings)
         self.on_progress = on_progress
         job = store.get(job_id)
         self.spool_dir = Path(job.spool_dir)
         self.topic = reply_topic(self.settings.topic_prefix, job_id)
-        lease_s = self.options.lease_s or self.settings.job_lease_s
-        self.lease = Lease(store, job_id, owner or runner_id(), lease_s)
+        self.lease = Lease(store, job_id, owner or runner_id(), self.options.lease_s)
         self.stopped_for_room = False  # the last run stopped for a full disk
 
     # --- the whole run ---------------------------------------------------------------------
@@ -126,13 +125,13 @@ class JobRunner:
             job = self.run()
             if not self.stopped_for_room or self.halt.is_set():
                 return job
-            self.halt.wait(self.settings.job_disk_full_retry_s)
+            self.halt.wait(self.options.disk_full_retry_s)
 
     def _stop_for_room(self, exc: DiskFull) -> bool:
         """The job's disk is full: say so in the job's errors and hold its lease for
         ``job_disk_full_retry_s``; then any pool carries it on from its last checkpoint (what
         was answered since is read again from the reply topic). False if the lease is gone."""
-        retry_s = self.settings.job_disk_full_retry_s
+        retry_s = self.options.disk_full_retry_s
         DISK_FULL_STOPS.inc()
         note = f"{exc}: stopped at its last checkpoint, carried on after {retry_s:g} s"
         log.warning("job %s: %s", self.job_id, note)

@@ -20,7 +20,7 @@ def guarantees_of(settings: Settings) -> Guarantees:
     return BROKER_GUARANTEES[settings.broker_flavor]
 
 
-def resend_after_s(settings: Settings, guarantees: Guarantees) -> float | None:
-    """When an unanswered request is produced again: only where the broker may lose an
-    acknowledged one (``client_resend_after_s``); never otherwise."""
-    return settings.client_resend_after_s if guarantees.loses_acked_records else None
+def resend_after_s(after_s: float | None, guarantees: Guarantees) -> float | None:
+    """When an unanswered request is produced again: after ``after_s``
+    (``client_resend_after_s``), only where the broker may lose an acknowledged one."""
+    return after_s if guarantees.loses_acked_records else None
