@@ -285,6 +285,7 @@ def run_with_fault(
     worker_env: dict[str, str] | None = None,
     client_settings: dict[str, object] | None = None,
     requests: int = FAULT_REQUESTS,
+    probe_within_s: float = 30,
     **env: str,
 ) -> Outcome:
     """Submit ``requests`` requests, ``inject`` the fault once a fifth is answered and
@@ -296,7 +297,8 @@ def run_with_fault(
     ``dispatchers``: how many share the bucket topics (one consumer group); ``worker_env``:
     the workers' settings that differ from the dispatchers'; ``client_settings``: the
     client's that differ from the defaults (a registered model, its registry);
-    ``requests``: how many (more for a fault that takes seconds to land)."""
+    ``requests``: how many (more for a fault that takes seconds to land);
+    ``probe_within_s``: how soon a request sent after the run must be answered."""
     settings = Settings(topic_prefix=prefix, **(client_settings or {}))  # type: ignore[arg-type]
     if broker is not None:  # resend sooner what the broker may have lost
         update = {"kafka_bootstrap": broker, "client_resend_after_s": 20}
@@ -334,7 +336,7 @@ def run_with_fault(
         outcome.record()
         if outcome.lost or outcome.duplicates:
             print_log_tails(pipeline)
-        assert_serves(client, pipeline)
+        assert_serves(client, pipeline, probe_within_s)
     outcome.assert_clean()
     assert all(r is not None and r.result is not None for r in replies), outcome.errors
     return outcome

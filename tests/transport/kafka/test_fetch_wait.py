@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from headrace.config.settings import Settings
-from headrace.transport.kafka.fetch_wait import FetchWait
+from headrace.transport.kafka.fetch_wait import SLOW_READS_S, FetchWait
 from tests.clock import FakeClock
 
 
@@ -61,3 +61,22 @@ def test_new_consumer_starts_from_the_busy_wait() -> None:
     wait.current_ms = 2
     wait.new_consumer()
     assert wait.current_ms == 100
+
+
+def test_after_slow_reads_no_wait_is_shorter_than_busy() -> None:
+    """A stall (fetches empty though records were there): for SLOW_READS_S the reader waits
+    at least busy_ms, eager or idle, also on a replacement consumer."""
+    clock = FakeClock()
+    wait = policy(clock)
+    assert wait.choose(awaited=True, flood=False) == 2
+    assert wait.slow_reads() and wait.floor_ms == 100
+    assert not wait.slow_reads()  # once
+    assert wait.choose(awaited=True, flood=False) == 100
+    clock.now += 5
+    assert wait.choose(awaited=False, flood=False) == 100  # idle would be 20
+    clock.now += 20
+    assert wait.choose(awaited=False, flood=False) == 250  # dormant is longer anyway
+    wait.new_consumer()
+    assert wait.choose(awaited=True, flood=False) == 100
+    clock.now += SLOW_READS_S  # the floor lasts so long, then short waits are tried again
+    assert wait.choose(awaited=True, flood=False) == 2

@@ -17,6 +17,12 @@ dispatcher fetching every 2 ms while idle took a third of a core, tansu another 
   long.
 
 With Apache Kafka, which answers as soon as a record lands, set all three waits to 500.
+
+A broker can also be too slow for the short waits: after a tansu restart on S3 storage,
+fetches of a reply topic that may wait 2 ms came back empty every time though records were
+there (one that may wait 100 ms got them in 12-20 ms). The reader's stall watch says so
+(``slow_reads``): for ``SLOW_READS_S`` this reader never waits less than ``busy_ms`` (then
+it tries the short waits again; a broker still slow stalls it again, and is caught again).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from headrace.config.settings import Settings
 from headrace.transport.kafka import clients as kafka_clients
 
 GRACE_S = 1.0  # eager this long after the last thing awaited
+SLOW_READS_S = 300.0  # how long a floor under the wait lasts (slow_reads)
 
 
 class FetchWait:
@@ -49,10 +56,17 @@ class FetchWait:
         self._last_awaited = -float("inf")
         self._last_active = clock()  # a new consumer is idle, not dormant, at first
         self.current_ms = self.busy_ms  # what kafka_clients.consumer() starts with
+        self.floor_ms = 0  # busy_ms once reads were seen too slow for shorter waits
+        self._floor_until = -float("inf")
 
     def choose(self, *, awaited: bool, flood: bool) -> int:
         """The wait for this pass: ``awaited``: a record is expected soon (a request in
         flight, a reply pending); ``flood``: many are."""
+        if self.floor_ms and self.clock() >= self._floor_until:
+            self.floor_ms = 0
+        return max(self.floor_ms, self._choose(awaited=awaited, flood=flood))
+
+    def _choose(self, *, awaited: bool, flood: bool) -> int:
         now = self.clock()
         if awaited or flood:
             self._last_awaited = self._last_active = now
@@ -71,6 +85,17 @@ class FetchWait:
             kafka_clients.set_fetch_wait(consumer, wait_ms)
             self.current_ms = wait_ms
         return wait_ms
+
+    def slow_reads(self) -> bool:
+        """Fetches came back empty though records were past the position: wait no less than
+        ``busy_ms`` for ``SLOW_READS_S`` (``current_ms`` raised with it). False if that was
+        so already."""
+        self._floor_until = self.clock() + SLOW_READS_S
+        if self.floor_ms >= self.busy_ms:
+            return False
+        self.floor_ms = self.busy_ms
+        self.current_ms = max(self.current_ms, self.floor_ms)
+        return True
 
     def new_consumer(self) -> None:
         """A replacement consumer starts with the busy wait."""

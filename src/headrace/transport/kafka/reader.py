@@ -11,7 +11,12 @@ For tansu (``broker_flavor = "tansu"``), three more things, which Apache Kafka d
   when its wait runs out, so the wait is the latency a record sees (``fetch_wait``);
 - **stalled fetches**: a partition with records past its position whose fetch returns
   nothing for ``stall_s`` is sought again, then the consumer is replaced (``fetch_watch``);
-  partitions the owner calls busy are not watched;
+  partitions the owner calls busy are not watched. The seek also puts a floor under the
+  fetch wait (``FetchWait.slow_reads``): after a tansu restart on S3 storage, fetches that
+  may wait 2 ms came back empty, "high watermark 1004, no records", every time, while one
+  that may wait 100 ms got its record in 12-20 ms (every reply to a client took 11 s: the
+  seek's 5 s, then the replacement's). A reader that assigns its partitions (reply
+  listeners, job runners) watches with ``ASSIGNED_STALL_S``: it has a caller waiting;
 - **a group that never hands partitions back**: a member without partitions (a rebalance in
   progress counts) for ``REJOIN_AFTER_S`` is replaced, and joins again (seen after tansu lost
   its S3 store: the group forgot the member, or left its partitions pending revocation).
@@ -35,6 +40,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from headrace.config.settings import Settings
 from headrace.transport.base import Partition, Rebalance, Record, Reset, Start
+from headrace.transport.kafka import clients as kafka_clients
 from headrace.transport.kafka import fixes
 from headrace.transport.kafka.clients import consumer_options
 from headrace.transport.kafka.diagnostics import partition_state
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 REJOIN_AFTER_S = 20.0
 CHECK_INTERVAL_S = 1.0
 DEFAULT_STALL_S = 5.0  # records past the position, none returned: seek, then renew
+ASSIGNED_STALL_S = 2.0  # the same on a reader that assigns its partitions (a caller waits)
 # The stall check asks the broker for log ends once a second on the owner's thread; with the
 # broker unwell (its store away) an unbounded ask blocked the dispatcher's loop for ~27 s.
 END_OFFSETS_TIMEOUT_MS = 300
@@ -61,7 +68,7 @@ class KafkaReader:
         reset: Reset = "beginning",
         max_poll_records: int = 500,
         busy: Callable[[Partition], bool] | None = None,
-        stall_s: float = DEFAULT_STALL_S,
+        stall_s: float | None = None,  # None: DEFAULT_STALL_S, or ASSIGNED_STALL_S
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -72,7 +79,8 @@ class KafkaReader:
         self.busy = busy or (lambda _: False)
         self.clock = clock
         self.fetch_wait = FetchWait(settings, clock=clock)
-        self.fetch_watch = FetchWatch(stall_s, clock)
+        self._stall_s = stall_s
+        self.fetch_watch = FetchWatch(stall_s or DEFAULT_STALL_S, clock)
         self.renewals = 0
         self._listener: Rebalance | None = None
         self._topics: list[str] = []
@@ -111,6 +119,7 @@ class KafkaReader:
             for p in sorted(self._consumer.partitions_for_topic(topic) or {0})
         ]
         self._start = start
+        self.fetch_watch = FetchWatch(self._stall_s or ASSIGNED_STALL_S, self.clock)
         self._consumer.assign(self._assigned)
         self._seek_start(self._assigned)
         return [(tp.topic, tp.partition) for tp in self._assigned]
@@ -248,6 +257,12 @@ class KafkaReader:
                     partition_state(self._consumer, TopicPartition(*p)),
                 )
                 self._consumer.seek(TopicPartition(*p), position)
+                if self.fetch_wait.slow_reads():
+                    log.warning(
+                        "fetches wait at least %d ms from now on (broker slow to read)",
+                        self.fetch_wait.floor_ms,
+                    )
+                    kafka_clients.set_fetch_wait(self._consumer, self.fetch_wait.current_ms)
             elif remedy is Remedy.renew:
                 self.renew(f"{p[0]}:{p[1]} stalled at offset {position}")
                 return
