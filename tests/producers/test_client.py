@@ -12,6 +12,7 @@ import pytest
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.producers.client import Client, record_key
+from headrace.producers.config import ClientConfig
 from headrace.schemas.errors import BackpressureError, InvalidRequestError, ReplyTimeoutError
 from headrace.schemas.messages import CacheDirective, Control, EmbeddingResult, Reply, Request
 from headrace.schemas.signing import control_signature, request_signature
@@ -66,6 +67,18 @@ def test_past_client_max_pending_a_send_raises_backpressure() -> None:
         answer(transport, first.request)
         first.result(5)
         client.submit("three")  # a slot came free
+
+
+def test_the_clients_config_governs_it_not_the_settings_it_opens_connections_with() -> None:
+    """The gateway's way: settings that block, a config that raises at once."""
+    transport = MemoryTransport()
+    settings = Settings(topic_prefix="c", client_max_pending=10_000, client_on_full="block")
+    config = ClientConfig.of(settings, max_pending=1, on_full="raise", buckets=(16, 32))
+    with Client(settings, transport=transport, config=config) as client:
+        client.submit("one")
+        with pytest.raises(BackpressureError, match="1 requests await replies"):
+            client.submit("two")
+        assert client.config.buckets == (16, 32) and client.for_tenant("b").config is config
 
 
 def test_cancel_writes_a_control_record() -> None:
