@@ -7,7 +7,6 @@ The defaults are the settings' own (``default``): one source for each."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +35,7 @@ class ClientConfig:
     @classmethod
     def of(cls, settings: Settings, **changes: Any) -> ClientConfig:
         """The client's part of ``settings``, with ``changes`` (field name -> value)."""
-        config = cls(
+        taken: dict[str, Any] = dict(
             topic_prefix=settings.topic_prefix,
             buckets=tuple(settings.buckets),
             model=settings.model,
@@ -52,4 +51,4 @@ class ClientConfig:
             cache_classes=frozenset(settings.cache_classes),
             semantic_cache=bool(settings.cache_semantic_tenants),
         )
-        return dataclasses.replace(config, **changes)
+        return cls(**{**taken, **changes})

@@ -29,9 +29,9 @@ class RunOptions:
     @classmethod
     def of(cls, settings: Settings, **changes: Any) -> RunOptions:
         """The runner's part of ``settings``, with ``changes`` (field name -> value)."""
-        return cls(
+        taken = dict(
             lease_s=settings.job_lease_s,
             disk_full_retry_s=settings.job_disk_full_retry_s,
             poll_s=settings.job_poll_s,
-            **changes,
         )
+        return cls(**{**taken, **changes})

@@ -88,13 +88,12 @@ class FetchWait:
 
     def slow_reads(self) -> bool:
         """Fetches came back empty though records were past the position: wait no less than
-        ``busy_ms`` for ``SLOW_READS_S`` (``current_ms`` raised with it). False if that was
-        so already."""
+        ``busy_ms`` for ``SLOW_READS_S`` (from the next ``apply``). False if that was so
+        already."""
         self._floor_until = self.clock() + SLOW_READS_S
         if self.floor_ms >= self.busy_ms:
             return False
         self.floor_ms = self.busy_ms
-        self.current_ms = max(self.current_ms, self.floor_ms)
         return True
 
     def new_consumer(self) -> None:

@@ -40,7 +40,6 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from headrace.config.settings import Settings
 from headrace.transport.base import Partition, Rebalance, Record, Reset, Start
-from headrace.transport.kafka import clients as kafka_clients
 from headrace.transport.kafka import fixes
 from headrace.transport.kafka.clients import consumer_options
 from headrace.transport.kafka.diagnostics import partition_state
@@ -262,7 +261,6 @@ class KafkaReader:
                         "fetches wait at least %d ms from now on (broker slow to read)",
                         self.fetch_wait.floor_ms,
                     )
-                    kafka_clients.set_fetch_wait(self._consumer, self.fetch_wait.current_ms)
             elif remedy is Remedy.renew:
                 self.renew(f"{p[0]}:{p[1]} stalled at offset {position}")
                 return
