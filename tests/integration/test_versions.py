@@ -117,8 +117,8 @@ def test_promote_and_rollback_under_load_lose_nothing_and_answer_nothing_twice(
     versioned.reset()
     s, catalog, model = versioned.settings, versioned.catalog, versioned.settings.model
     reply_topic = f"{s.topic_prefix}.replies.switch"
-    texts = [f"request {i} about the mill and its wheel" for i in range(2000)]
     changes: list[tuple[int, str]] = []
+    rolled_back = threading.Event()
     with Client(s, tenant="acme", reply_topic=reply_topic) as client:
         submissions: list[Submission] = []
 
@@ -135,17 +135,26 @@ def test_promote_and_rollback_under_load_lose_nothing_and_answer_nothing_twice(
                 time.sleep(0.01)
             rollout.change(catalog, model, lambda p: rollout.rollback(p)[0], action="rollback")
             changes.append((len(submissions), "rollback to v1"))
+            versioned.read_by_dispatchers()
+            rolled_back.set()
 
-        changer = threading.Thread(target=change_policy)
+        changer = threading.Thread(target=change_policy, daemon=True)
         changer.start()
-        for i in range(0, len(texts), 20):
-            submissions += client.submit_many(texts[i : i + 20])
+        # Requests flow until the rollback has reached every dispatcher, then 200 more: how
+        # long v2 takes to answer 100 depends on the machine, so the load is not a fixed count.
+        after = 0
+        while after < 200 and len(submissions) < 12_000:
+            n = len(submissions)
+            submissions += client.submit_many(
+                [f"request {i} about the mill and its wheel" for i in range(n, n + 20)]
+            )
+            after += 20 if rolled_back.is_set() else 0
             time.sleep(0.05)
         changer.join(60)
         replies = [x.result(240) for x in submissions]
         assert client.duplicate_replies == 0
     assert [c[1] for c in changes] == ["promote v2", "rollback to v1"]
-    assert changes[1][0] < len(texts)  # both changes came while requests were still sent
+    assert changes[1][0] < len(submissions)  # both changes came while requests were still sent
     assert all(r.result is not None for r in replies), {r.error for r in replies if r.error}
     on_topic = collections.Counter(r.request_id for r in replies_on_topic(s, reply_topic))
     assert set(on_topic) == {x.request.request_id for x in submissions}
