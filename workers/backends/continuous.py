@@ -16,10 +16,11 @@ loop, on its own thread, repeats:
    cut off.
 
 Rows wait in the order of their class (``EncodedItem.rank``: interactive, default, then the
-rest), and when the loop is full a waiting row may **preempt** a running row of a worse
-class (the newest such first): the running row's KV cache is dropped and it waits at the
-head of its class, to resume by recompute (its prompt and the tokens it has so far are
-prefilled again; its sampling goes on at the same step, its stream stays ordered).
+rest), and when the loop has no place or no KV room for a waiting row, it may **preempt**
+running rows of a worse class (the newest such first, ``seats.py``): a preempted row's KV
+cache is dropped and it waits at the head of its class, to resume by recompute (its prompt
+and the tokens it has so far are prefilled again; its sampling goes on at the same step,
+its stream stays ordered).
 
 A row keeps every property of a statically batched one (``generation.py``): its own sampling
 parameters and seed, stop sequences, deltas that never hold the start of a stop
@@ -51,6 +52,7 @@ from headrace.workers.backends.base import EncodedItem, Generated, Logprob, OnFi
 from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import RunningBatch, check_layers, select
 from headrace.workers.backends.sampling import Chosen
+from headrace.workers.backends.seats import Seat, kv_fits, to_preempt
 from headrace.workers.packing import by_length
 
 log = logging.getLogger(__name__)
@@ -258,8 +260,8 @@ class ContinuousDecoder:
         running batch every ``join_every`` steps, or at once when they would make it grow by
         a quarter or it is empty. At most ``max_rows`` run, and, with ``kv_tokens``, only as
         many as the KV cache holds at their longest (``kv_fits``); the rest wait in order.
-        When full, better-classed waiting rows preempt worse-classed running ones
-        (``_preempt``) at the join that is due."""
+        Better-classed waiting rows that have no place or no KV room preempt worse-classed
+        running ones (``_preempt``) at the join that is due."""
         if not self._waiting:
             return []
         due = self.steps - self._joined_at >= self.join_every
@@ -309,27 +311,28 @@ class ContinuousDecoder:
             self._waiting.insert(at, entry)
 
     def _preempt(self) -> None:
-        """When the running batch is full, the waiting rows of a better class than some
-        running rows take their places: the worst-classed running rows, newest first (the
-        least decoding lost), leave the batch and wait to be resumed. Only the row count
-        makes room this way; a row the KV cache cannot hold waits as before."""
-        free = self.max_rows - len(self._running)
-        victims = sorted(
-            (live for live in self._running.rows if live.row.finish is None),
-            key=lambda live: (-live.job.ranks[live.index], len(live.row.ids)),
-        )
-        evicted: list[_Live] = []
-        for entry in self._waiting:
-            if free > 0:
-                free -= 1  # it joins without anyone leaving
-                continue
-            if not victims or victims[0].job.ranks[victims[0].index] <= _rank(entry):
-                break
-            evicted.append(victims.pop(0))
-        if not evicted:
+        """Waiting rows of a better class than some running rows take their room when the
+        loop has no place or no KV room for them (``seats.to_preempt``): those running rows
+        leave the batch and wait, at the head of their class, to be resumed."""
+        rows = self._running.rows
+        worst = max((_rank((live.job, live.index)) for live in rows), default=0)
+        if _rank(self._waiting[0]) >= worst:  # the usual case, one class: nobody gives way
             return
-        gone = {id(live) for live in evicted}
-        self._running.keep([k for k, live in enumerate(self._running.rows) if id(live) not in gone])
+        running = [
+            Seat(
+                _rank((live.job, live.index)),
+                self._need(live.job, live.index),
+                len(live.row.ids),
+                live.row.finish is None,
+            )
+            for live in rows
+        ]
+        waiting = (Seat(_rank(entry), self._need(*entry)) for entry in self._waiting)
+        gone = set(to_preempt(running, waiting, self.max_rows, self.kv_tokens))
+        if not gone:
+            return
+        evicted = [rows[k] for k in sorted(gone, key=lambda k: (-running[k].rank, running[k].held))]
+        self._running.keep([k for k in range(len(rows)) if k not in gone])
         self._enqueue([(live.job, live.index) for live in reversed(evicted)], resumed=True)
         self.preempted += len(evicted)
 
@@ -467,12 +470,6 @@ def _context(job: _Job, index: int) -> list[int]:
     after giving its place up (none for a new row)."""
     ids: list[int] = job.rows[index].ids
     return job.prompts[index] + ids if ids else job.prompts[index]
-
-
-def kv_fits(rows: int, longest: int, kv_tokens: int | None) -> bool:
-    """Whether ``rows`` rows fit in ``kv_tokens`` of KV cache when each may grow to the
-    longest's length (the running batch keeps its rows padded to one length)."""
-    return kv_tokens is None or rows * longest <= kv_tokens
 
 
 def _column(values: list[int], device: torch.device) -> torch.Tensor:

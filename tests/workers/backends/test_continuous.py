@@ -15,7 +15,7 @@ import pytest
 
 from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated
-from headrace.workers.backends.continuous import ContinuousDecoder, kv_fits
+from headrace.workers.backends.continuous import ContinuousDecoder
 from headrace.workers.backends.generation import GenerationBackend
 from tests.tiny_model import context_lm, load_test_lm
 
@@ -260,11 +260,6 @@ def test_rows_join_only_while_the_kv_cache_holds_them_and_the_rest_wait(
     assert 1 < decoder.most_rows <= 3
 
 
-def test_kv_fits_counts_every_row_at_the_longest() -> None:
-    assert kv_fits(3, 100, 300) and not kv_fits(4, 100, 300)
-    assert kv_fits(10_000, 10_000, None)  # no budget: rows only bound it
-
-
 def test_each_row_is_charged_its_share_of_the_passes_it_was_in_and_the_charges_add_up(
     pair: tuple[GenerationBackend, GenerationBackend],
 ) -> None:
@@ -347,7 +342,19 @@ def test_an_interactive_row_preempts_a_batch_row_of_a_full_loop_which_resumes_in
     static, _ = pair
     decoder = _decoder(four_rows)
     preempted = decoder.preempted
-    out, finished_at, deltas, alone = _full_then_interactive(four_rows, static)
+    _preempted_one_which_resumed_intact(
+        decoder, preempted, *_full_then_interactive(four_rows, static)
+    )
+
+
+def _preempted_one_which_resumed_intact(
+    decoder: ContinuousDecoder,
+    preempted: int,
+    out: dict[str, list[Generated]],
+    finished_at: dict[str, int],
+    deltas: dict[int, list[str]],
+    alone: list[Generated],
+) -> None:
     assert decoder.preempted - preempted == 1  # one place for one row
     assert out["interactive"][0].completion_tokens == SHORT
     assert finished_at["interactive"] <= 5 + decoder.join_every + SHORT + 2  # it went in at once
@@ -355,6 +362,24 @@ def test_an_interactive_row_preempts_a_batch_row_of_a_full_loop_which_resumes_in
     # the preempted row resumed by recompute: the same tokens as alone, its stream in order
     assert [g.token_ids for g in out["batch"]] == [g.token_ids for g in alone]
     assert all("".join(deltas[i]) == out["batch"][i].text for i in range(4))
+
+
+def test_an_interactive_row_the_kv_cache_cannot_hold_preempts_with_places_to_spare(
+    pair: tuple[GenerationBackend, GenerationBackend],
+) -> None:
+    """Preemption by memory: a loop of 64 places whose KV room holds the four batch rows at
+    their longest and no fifth row. The interactive row takes one batch row's room."""
+    static, continuous = pair
+    decoder = _decoder(continuous)
+    batch_items = _prompts(continuous, 5)[:4]
+    decoder.kv_tokens = 4 * max(min(len(i.ids) + FULL, decoder.context) for i in batch_items)
+    preempted = decoder.preempted
+    try:
+        ran = _full_then_interactive(continuous, static)
+    finally:
+        decoder.kv_tokens = None
+    assert decoder.max_rows > 5  # places to spare: only memory was short
+    _preempted_one_which_resumed_intact(decoder, preempted, *ran)
 
 
 def test_without_preemption_the_interactive_row_waits_for_a_place(
