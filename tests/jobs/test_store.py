@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from headrace.jobs.api_keys import KeyOwner
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
 from headrace.jobs.pool import remove_expired_files
-from headrace.jobs.store import JobNotFound, JobStore, KeyOwner
+from headrace.jobs.store import JobNotFound, JobStore
 from headrace.schemas.tenants import TenantNameError
 from headrace.sql import newest_revision
 

@@ -18,7 +18,8 @@ from headrace.gateway.config import GatewayConfig
 from headrace.gateway.files_api import list_page, owned_file, unix
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import IllegalTransition, JobStatus
-from headrace.jobs.store import Job, JobNotFound, JobStore
+from headrace.jobs.store import JobNotFound, JobStore
+from headrace.jobs.tables import Job
 from headrace.jobs.usage import seconds_of
 
 MAX_WINDOW_S = 24 * 3600

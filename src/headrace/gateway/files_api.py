@@ -20,8 +20,8 @@ from fastapi.responses import FileResponse
 from headrace.gateway.api import ApiError, Tenant
 from headrace.gateway.config import GatewayConfig
 from headrace.jobs.files import disk_full, is_s3
-from headrace.jobs.store import File as FileRecord
 from headrace.jobs.store import JobNotFound, JobStore
+from headrace.jobs.tables import File as FileRecord
 
 UPLOAD_PURPOSES = ("batch",)  # what a user may upload; "batch_output" is written by jobs
 MIN_EXPIRY_S, MAX_EXPIRY_S = 3600, 30 * 24 * 3600  # OpenAI's bounds of expires_after

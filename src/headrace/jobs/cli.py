@@ -29,7 +29,8 @@ from headrace.jobs.lease import LeaseHeld, runner_id
 from headrace.jobs.lifecycle import FINAL, JobStatus
 from headrace.jobs.run_options import RunOptions
 from headrace.jobs.runner import JobRunner
-from headrace.jobs.store import Counts, Job, JobNotFound, JobStore
+from headrace.jobs.store import Counts, JobNotFound, JobStore
+from headrace.jobs.tables import Job
 
 batch = typer.Typer(help="Bulk jobs: a file of requests in, a file of results out.")
 console = Console()

@@ -8,7 +8,8 @@ from pathlib import Path
 from headrace.config.settings import Settings
 from headrace.jobs.files import deliver
 from headrace.jobs.lifecycle import JobStatus
-from headrace.jobs.store import Job, JobStore
+from headrace.jobs.store import JobStore
+from headrace.jobs.tables import Job
 
 
 def end_job(store: JobStore, settings: Settings, job: Job, target: JobStatus) -> Job:

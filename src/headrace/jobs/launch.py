@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from headrace.config.settings import Settings
 from headrace.jobs.formats import InputFormat
-from headrace.jobs.store import Job, JobStore, new_job_id
+from headrace.jobs.store import JobStore, new_job_id
+from headrace.jobs.tables import Job
 from headrace.schemas.openai_batch import EMBEDDINGS_URL
 
 

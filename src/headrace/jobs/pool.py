@@ -29,7 +29,8 @@ from headrace.jobs.run_options import RunOptions
 from headrace.jobs.runner import JobRunner
 from headrace.jobs.single import KIND
 from headrace.jobs.single_runner import SingleJobs
-from headrace.jobs.store import Job, JobStore
+from headrace.jobs.store import JobStore
+from headrace.jobs.tables import Job
 from headrace.transport import open_transport
 from headrace.transport.guarantees import resend_after_s
 

@@ -51,8 +51,9 @@ from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
 from headrace.jobs.progress import Progress
 from headrace.jobs.run_options import RunOptions
 from headrace.jobs.single import job_object
-from headrace.jobs.store import Counts, Job, JobStore
+from headrace.jobs.store import Counts, JobStore
 from headrace.jobs.submitter import Submitter, input_format, request_id
+from headrace.jobs.tables import Job
 from headrace.jobs.webhooks import notify
 from headrace.producers.client import Client
 from headrace.schemas.messages import final_reply

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from headrace.jobs.store import Job
+from headrace.jobs.tables import Job
 
 KIND = "job"
 

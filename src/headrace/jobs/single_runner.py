@@ -27,8 +27,9 @@ from headrace.jobs.finish import end_job
 from headrace.jobs.formats import Invalid, failure_line, invalid_line, parse_line, success_line
 from headrace.jobs.lifecycle import FINAL, IllegalTransition, JobStatus
 from headrace.jobs.single import job_object
-from headrace.jobs.store import Job, JobStore
+from headrace.jobs.store import JobStore
 from headrace.jobs.submitter import request_id
+from headrace.jobs.tables import Job
 from headrace.jobs.webhooks import notify
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorInfo, InvalidRequestError

@@ -8,105 +8,21 @@ lifecycle and stamps the matching ``<status>_at`` column.
 from __future__ import annotations
 
 import builtins
-import hashlib
-import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Integer,
-    String,
-    Text,
-    func,
-    select,
-    update,
-)
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from headrace.jobs.api_keys import ApiKeyRows
 from headrace.jobs.lifecycle import FINAL, JobStatus, check_move
-from headrace.schemas.params import Priority
-from headrace.schemas.tenants import check_tenant
-from headrace.sql import Base as _Base
-from headrace.sql import UTCDateTime, migrate, open_engine, revision
-
-
-class Job(_Base):
-    __tablename__ = "jobs"
-
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(200), index=True)
-    endpoint: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16))
-    model: Mapped[str] = mapped_column(String(200))
-    input_location: Mapped[str] = mapped_column(Text)
-    input_format: Mapped[str] = mapped_column(String(16))
-    output_location: Mapped[str | None] = mapped_column(Text)
-    error_location: Mapped[str | None] = mapped_column(Text)
-    spool_dir: Mapped[str] = mapped_column(Text)
-    total: Mapped[int] = mapped_column(Integer, default=0)
-    completed: Mapped[int] = mapped_column(Integer, default=0)
-    failed: Mapped[int] = mapped_column(Integer, default=0)
-    reply_offset: Mapped[int] = mapped_column(BigInteger, default=0)
-    kind: Mapped[str] = mapped_column(String(16), default="batch")  # "job": from /v1/jobs
-    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
-    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
-    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
-    errors: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    in_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    finalizing_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    input_file_id: Mapped[str | None] = mapped_column(String(64))
-    output_file_id: Mapped[str | None] = mapped_column(String(64))
-    error_file_id: Mapped[str | None] = mapped_column(String(64))
-    lease_owner: Mapped[str | None] = mapped_column(String(64))  # the runner carrying it out
-    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-
-    @property
-    def state(self) -> JobStatus:
-        return JobStatus(self.status)
-
-
-class File(_Base):
-    __tablename__ = "files"
-
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(200), index=True)
-    purpose: Mapped[str] = mapped_column(String(32))
-    filename: Mapped[str] = mapped_column(Text)
-    bytes: Mapped[int] = mapped_column(BigInteger)
-    location: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: never
-
-
-def _unexpired() -> ColumnElement[bool]:
-    """A file that has not expired (now)."""
-    return File.expires_at.is_(None) | (File.expires_at > datetime.now(UTC))
-
-
-class ApiKey(_Base):
-    __tablename__ = "api_keys"
-
-    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(200))
-    label: Mapped[str] = mapped_column(String(200), default="")
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    priority: Mapped[str | None] = mapped_column(String(20), nullable=True)
-
+from headrace.jobs.tables import File, Job, unexpired
+from headrace.sql import migrate, open_engine, revision
 
 Owned = TypeVar("Owned", Job, File)
 
@@ -126,7 +42,7 @@ def new_job_id() -> str:
     return f"batch_{uuid.uuid4().hex}"
 
 
-class JobStore:
+class JobStore(ApiKeyRows):
     def __init__(self, url: str) -> None:
         engine = open_engine(url)
         assert engine is not None  # created when missing
@@ -313,7 +229,7 @@ class JobStore:
     def file_totals(self, tenant: str) -> tuple[int, int]:
         """(files, bytes) a tenant holds, expired ones left out."""
         query = select(func.count(), func.coalesce(func.sum(File.bytes), 0)).where(
-            File.tenant == tenant, _unexpired()
+            File.tenant == tenant, unexpired()
         )
         with Session(self.engine) as s:
             count, size = s.execute(query).one()
@@ -354,9 +270,7 @@ class JobStore:
                 File.id.asc(),
             )
         )
-        query = (
-            select(File).where(File.tenant == tenant, _unexpired()).order_by(*order).limit(limit)
-        )
+        query = select(File).where(File.tenant == tenant, unexpired()).order_by(*order).limit(limit)
         if purpose is not None:
             query = query.where(File.purpose == purpose)
         if after is not None:
@@ -394,90 +308,6 @@ class JobStore:
             raise JobNotFound(key)
         return row
 
-    # --- API keys: only their SHA-256 is kept ------------------------------------------------
-    def add_api_key(
-        self,
-        tenant: str,
-        label: str = "",
-        expires_at: datetime | None = None,
-        priority: Priority | None = None,
-    ) -> str:
-        """A new key for ``tenant`` (a valid tenant name: ``TenantNameError`` otherwise),
-        printed once; only its SHA-256 is kept. After ``expires_at`` it names no tenant.
-        ``priority``: the class of its requests that do not name one (None: ``default``)."""
-        check_tenant(tenant)
-        key = f"hr-{secrets.token_urlsafe(32)}"
-        with Session(self.engine) as s, s.begin():
-            s.add(
-                ApiKey(
-                    key_hash=key_hash(key),
-                    tenant=tenant,
-                    label=label,
-                    created_at=datetime.now(UTC),
-                    expires_at=expires_at,
-                    priority=priority,
-                )
-            )
-        return key
-
-    def key_owner(self, key: str) -> KeyOwner | None:
-        """The tenant a live key acts for, and its requests' default class."""
-        with Session(self.engine) as s:
-            record = s.get(ApiKey, key_hash(key))
-        if record is None:
-            return None
-        if record.expires_at is not None and record.expires_at <= datetime.now(UTC):
-            return None
-        priority = cast(Priority, record.priority or "default")
-        return KeyOwner(record.tenant, priority)
-
-    def tenant_of_key(self, key: str) -> str | None:
-        owner = self.key_owner(key)
-        return None if owner is None else owner.tenant
-
-    def api_keys(self, tenant: str | None = None) -> builtins.list[ApiKeyInfo]:
-        """Every key (or ``tenant``'s), oldest first, by the start of its hash."""
-        with Session(self.engine) as s:
-            query = select(ApiKey).order_by(ApiKey.created_at)
-            if tenant is not None:
-                query = query.where(ApiKey.tenant == tenant)
-            return [
-                ApiKeyInfo(k.key_hash[:12], k.tenant, k.label, k.created_at, k.expires_at)
-                for k in s.scalars(query)
-            ]
-
-    def revoke_api_key(self, key_or_hash_prefix: str) -> int:
-        """Delete the key given whole, or the one key whose hash starts with this (at least
-        8 hex digits, as ``api_keys`` shows it); how many were revoked (0 or 1)."""
-        given = key_or_hash_prefix.strip()
-        with Session(self.engine) as s, s.begin():
-            if given.startswith("hr-"):
-                found = [k for k in [s.get(ApiKey, key_hash(given))] if k is not None]
-            elif len(given) >= 8:
-                query = select(ApiKey).where(ApiKey.key_hash.startswith(given.lower()))
-                found = list(s.scalars(query))
-            else:
-                found = []
-            if len(found) != 1:
-                return 0
-            s.delete(found[0])
-            return 1
-
-
-@dataclass(frozen=True)
-class KeyOwner:
-    tenant: str
-    priority: Priority
-
-
-@dataclass(frozen=True)
-class ApiKeyInfo:
-    hash_prefix: str
-    tenant: str
-    label: str
-    created_at: datetime
-    expires_at: datetime | None
-
 
 def _past(model: type[Owned], cursor: Owned, newest_first: bool) -> ColumnElement[bool]:
     """The rows after ``cursor`` in a page order of (created_at, id)."""
@@ -493,7 +323,3 @@ def _past(model: type[Owned], cursor: Owned, newest_first: bool) -> ColumnElemen
 def _error_entry(code: str, message: str) -> dict[str, Any]:
     """One entry of a job's errors, in OpenAI's batch error shape."""
     return {"code": code, "message": message, "param": None, "line": None}
-
-
-def key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()

@@ -15,7 +15,7 @@ from headrace.config.settings import Settings
 from headrace.jobs.files import Spool, read_lines
 from headrace.jobs.formats import InputFormat, Work, failure_line, parse_line
 from headrace.jobs.progress import Progress
-from headrace.jobs.store import Job
+from headrace.jobs.tables import Job
 from headrace.producers.client import Client
 from headrace.schemas.errors import ErrorInfo, InvalidRequestError
 from headrace.schemas.messages import Request
