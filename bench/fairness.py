@@ -8,6 +8,9 @@
     bounds), with fair share and with arrival order;
 (b) two tenants of weights 3 and 1 (``headrace limits set``), both keeping a deep backlog:
     the tokens each was served in every 10 s window after a 5 s warm-up, and their ratio;
+(c) lone online requests every 50 ms with no bulk job, beside a ``--bulk-lines`` job on
+    the bulk lane, and beside it on the online lane (no lanes): their p50/p99, the job's
+    rate and its share of the worker-seconds online left idle (``bench.lanes``);
 (d) the continuous decoder (the test LM, in this process) full of ``batch`` rows of 256
     tokens: an interactive request's time to first token, with preemption and without.
 
@@ -15,6 +18,7 @@ Batches of ``--batch-tokens`` padded tokens (a batch cannot be interrupted: a qu
 waits for what its workers are computing when it comes).
 
     python -m bench.fairness [--seconds 20] [--spacing-ms 50] [--burst-every-s 5]
+                             [--bulk-lines 20000] [--bulk-online 100]
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bench.lanes import paced_latencies
+from bench.lanes import online_beside_bulk, paced_latencies, print_rows
 from bench.pipeline import pct
 from headrace import connections
 from headrace.config.settings import Settings
@@ -211,6 +215,8 @@ def main(
     burst_every_s: float = 5.0,
     batch_tokens: int = 256,
     share_seconds: float = 40.0,
+    bulk_lines: int = 20_000,
+    bulk_online: int = 100,
 ) -> None:
     settings = Settings()
     stack = LocalStack(settings)
@@ -251,6 +257,8 @@ def main(
             gold.embed(["warm"])
             plain.embed(["warm"])
             served = share_windows({"gold": gold, "plain": plain}, share_seconds, backlog=1500)
+        os.environ.pop("HEADRACE_MAX_BATCH_TOKENS")  # (c) as the pipeline runs by default
+        beside_bulk = online_beside_bulk(settings, bulk_lines, bulk_online)
     finally:
         if started:
             stack.down()
@@ -284,6 +292,8 @@ def main(
         "tenants saturating"
     )
     console.print(shares_table)
+    console.print("(c) online latency beside a bulk job (default batches)")
+    print_rows(beside_bulk, bulk_online)
     console.print(
         "(d) interactive time to first token, the decoder full of 8 batch rows of 256 "
         f"tokens (test LM, CPU): with preemption {ttft[True]:.1f} ms, without "

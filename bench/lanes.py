@@ -105,12 +105,13 @@ def run_job(
     return job.id, Popen(argv, stdout=log, stderr=STDOUT)
 
 
-def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
-    settings = Settings()
-    stack = LocalStack(settings)
-    started = not stack.is_up()
-    if started:
-        stack.up()
+Row = tuple[str, list[float], float | None, float | None]  # latencies, lines/s, harvested
+
+
+def online_beside_bulk(settings: Settings, lines: int, online: int, seed: int = 9) -> list[Row]:
+    """On a local pipeline of its own (a fresh topic prefix, the stack already up): the
+    online requests' latencies with no bulk job, beside a ``lines``-line job on the bulk
+    lane, and beside it on the online lane; the job's rate and its share of idle capacity."""
     prefix = f"bench-lanes-{uuid.uuid4().hex[:6]}"
     env = {"HEADRACE_TOPIC_PREFIX": prefix}
     os.environ.update(env)
@@ -121,35 +122,35 @@ def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
     source.write_text("\n".join(t.replace("\n", " ") for t in long_tail_texts(lines, seed=seed)))
     os.environ["HEADRACE_SQL_URL"] = f"sqlite:///{work}/jobs-{prefix}.db"
     store = JobStore(os.environ["HEADRACE_SQL_URL"])
-    rows: list[tuple[str, list[float], float | None, float | None]] = []
-    try:
-        with (
-            local_pipeline(env, settings.device, settings.torch_threads),
-            Client(settings, tenant="online") as client,
-        ):
-            client.embed(["warm the connections"])
-            rows.append(("no bulk job", online_latencies(client, online)[0], None, None))
-            workers = local_workers(settings.device, settings.torch_threads)
-            for lane in ("bulk", "online"):
-                job_id, runner = run_job(store, settings, source, lane)
-                while store.get(job_id).completed < 500:  # flowing
-                    time.sleep(0.2)
-                alone = completed_per_s(store, job_id, ALONE_S)  # every worker idle capacity
-                before = store.get(job_id).completed
-                began = time.perf_counter()
-                latencies, online_busy_s = online_latencies(client, online)
-                wall = time.perf_counter() - began
-                rate = (store.get(job_id).completed - before) / wall
-                idle_share = max(0.0, 1 - online_busy_s / (wall * workers))
-                store.move(job_id, JobStatus.cancelling)
-                runner.wait(120)
-                label = f"{lines:,}-line job on the {lane} lane" + (
-                    " (no lanes)" if lane == "online" else ""
-                )
-                rows.append((label, latencies, rate, rate / (alone * idle_share)))
-    finally:
-        if started:
-            stack.down()
+    rows: list[Row] = []
+    with (
+        local_pipeline(env, settings.device, settings.torch_threads),
+        Client(settings, tenant="online") as client,
+    ):
+        client.embed(["warm the connections"])
+        rows.append(("no bulk job", online_latencies(client, online)[0], None, None))
+        workers = local_workers(settings.device, settings.torch_threads)
+        for lane in ("bulk", "online"):
+            job_id, runner = run_job(store, settings, source, lane)
+            while store.get(job_id).completed < 500:  # flowing
+                time.sleep(0.2)
+            alone = completed_per_s(store, job_id, ALONE_S)  # every worker idle capacity
+            before = store.get(job_id).completed
+            began = time.perf_counter()
+            latencies, online_busy_s = online_latencies(client, online)
+            wall = time.perf_counter() - began
+            rate = (store.get(job_id).completed - before) / wall
+            idle_share = max(0.0, 1 - online_busy_s / (wall * workers))
+            store.move(job_id, JobStatus.cancelling)
+            runner.wait(120)
+            label = f"{lines:,}-line job on the {lane} lane" + (
+                " (no lanes)" if lane == "online" else ""
+            )
+            rows.append((label, latencies, rate, rate / (alone * idle_share)))
+    return rows
+
+
+def print_rows(rows: list[Row], online: int) -> None:
     base = pct(rows[0][1], 0.99)
     table = Table(
         "while",
@@ -171,6 +172,20 @@ def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
         )
     console.print(f"{online} lone online requests every {SPACING_S * 1000:.0f} ms per row")
     console.print(table)
+
+
+def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
+    settings = Settings()
+    stack = LocalStack(settings)
+    started = not stack.is_up()
+    if started:
+        stack.up()
+    try:
+        rows = online_beside_bulk(settings, lines, online, seed)
+    finally:
+        if started:
+            stack.down()
+    print_rows(rows, online)
 
 
 if __name__ == "__main__":
