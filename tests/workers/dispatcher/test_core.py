@@ -240,6 +240,26 @@ def test_a_dead_letter_keeps_a_bounded_start_of_its_record_and_names_the_whole()
     assert len(letter.model_dump_json()) < 200_000
 
 
+def test_a_polls_requests_are_counted_in_one_call_whatever_their_partitions() -> None:
+    """The tokenizer's cost per text falls with the call's size (issue 35's dispatcher cost):
+    a poll over three topics is counted once, not once per partition."""
+    calls: list[int] = []
+
+    def count(texts: list[str]) -> list[int]:
+        calls.append(len(texts))
+        return count_words(texts)
+
+    rig = Rig()
+    rig.core.records_in.count_tokens = count
+    rig.workers()
+    records = [rig.request(f"s{i}", bucket=16, tokens=8) for i in range(3)]
+    records += [rig.request(f"l{i}", bucket=32, tokens=20) for i in range(2)]
+    records += [rig.request("b0", bucket=16, tokens=8, lane="bulk")]
+    assert len({r.tp for r in records}) == 3
+    rig.read(*records)
+    assert calls == [6]
+
+
 def test_a_record_the_core_raises_on_is_dead_lettered_and_the_rest_of_the_poll_goes_on() -> None:
     def count(texts: list[str]) -> list[int]:
         if any("boom" in t for t in texts):
