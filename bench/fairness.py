@@ -218,15 +218,10 @@ def main(
     bulk_lines: int = 20_000,
     bulk_online: int = 100,
 ) -> None:
-    settings = Settings()
-    stack = LocalStack(settings)
-    started = not stack.is_up()
-    if started:
-        stack.up()
     rows: list[tuple[str, list[float]]] = []
     shares: list[tuple[bool, float]] = []
     ttft = {preempt: time_to_first_token(preempt) for preempt in (True, False)}
-    try:
+    with LocalStack(Settings()).while_needed():
         for fair in (True, False):
             prefix = f"bench-fair-{uuid.uuid4().hex[:6]}"
             env = {
@@ -258,10 +253,7 @@ def main(
             plain.embed(["warm"])
             served = share_windows({"gold": gold, "plain": plain}, share_seconds, backlog=1500)
         os.environ.pop("HEADRACE_MAX_BATCH_TOKENS")  # (c) as the pipeline runs by default
-        beside_bulk = online_beside_bulk(settings, bulk_lines, bulk_online)
-    finally:
-        if started:
-            stack.down()
+        beside_bulk = online_beside_bulk(bulk_lines, bulk_online)
     table = Table("(a) quiet tenant", "requests", "p50 ms", "p99 ms", "p99 / alone")
     for i, (label, latencies) in enumerate(rows):
         alone_p99 = pct(rows[i - i % 2][1], 0.99)

@@ -113,7 +113,7 @@ def run_job(
 Row = tuple[str, list[float], float | None, float | None]  # latencies, tokens/s, harvested
 
 
-def online_beside_bulk(settings: Settings, lines: int, online: int, seed: int = 9) -> list[Row]:
+def online_beside_bulk(lines: int, online: int, seed: int = 9) -> list[Row]:
     """On a local pipeline of its own (a fresh topic prefix, the stack already up): the
     online requests' latencies with no bulk job, beside a ``lines``-line job on the bulk
     lane, and beside it on the online lane; the job's rate and its share of idle capacity."""
@@ -190,16 +190,8 @@ def print_rows(rows: list[Row], online: int) -> None:
 
 
 def main(lines: int = 100_000, online: int = 200, seed: int = 9) -> None:
-    settings = Settings()
-    stack = LocalStack(settings)
-    started = not stack.is_up()
-    if started:
-        stack.up()
-    try:
-        rows = online_beside_bulk(settings, lines, online, seed)
-    finally:
-        if started:
-            stack.down()
+    with LocalStack(Settings()).while_needed():
+        rows = online_beside_bulk(lines, online, seed)
     print_rows(rows, online)
 
 

@@ -328,10 +328,11 @@ class ContinuousDecoder:
             for live in rows
         ]
         waiting = (Seat(_rank(entry), self._need(*entry)) for entry in self._waiting)
-        gone = set(to_preempt(running, waiting, self.max_rows, self.kv_tokens))
-        if not gone:
+        chosen = to_preempt(running, waiting, self.max_rows, self.kv_tokens)
+        if not chosen:
             return
-        evicted = [rows[k] for k in sorted(gone, key=lambda k: (-running[k].rank, running[k].held))]
+        evicted = [rows[k] for k in chosen]  # worst class, fewest tokens held, first
+        gone = set(chosen)
         self._running.keep([k for k in range(len(rows)) if k not in gone])
         self._enqueue([(live.job, live.index) for live in reversed(evicted)], resumed=True)
         self.preempted += len(evicted)

@@ -41,7 +41,7 @@ def fits(rows: int, longest: int, max_rows: int, kv_tokens: int | None) -> bool:
 def to_preempt(
     running: Sequence[Seat], waiting: Iterable[Seat], max_rows: int, kv_tokens: int | None
 ) -> list[int]:
-    """Which running rows (their indices) leave so that the waiting rows, taken in their
+    """Which running rows (their indices, in the order they leave) leave so that the waiting rows, taken in their
     order, may join: a waiting row that does not fit (no place, or no KV room for it at its
     longest) takes the room of running rows of a worse class, the worst class first and in it
     the row holding the fewest tokens (the least decoding lost). It stops at the first waiting
@@ -56,19 +56,20 @@ def to_preempt(
     longest = max(staying.values(), default=0)
     chosen: list[int] = []
     for seat in waiting:
-        tried = dict(staying)
-        taken: list[int] = []
+        taken: list[int] = []  # victims[:len(taken)], moved out for this row
         longest_now = max(longest, seat.need)
-        while not fits(len(tried) + len(joined) + 1, longest_now, max_rows, kv_tokens):
+        while not fits(
+            len(staying) - len(taken) + len(joined) + 1, longest_now, max_rows, kv_tokens
+        ):
             if len(taken) == len(victims) or running[victims[len(taken)]].rank <= seat.rank:
                 return chosen  # nobody (more) may give way to it: it waits, as all after it
-            del tried[victims[len(taken)]]
             taken.append(victims[len(taken)])
-            longest_now = max([*tried.values(), *joined, seat.need])
-        if taken:
-            staying = tried
-            chosen += taken
-            del victims[: len(taken)]
+            left = [need for k, need in staying.items() if k not in taken]
+            longest_now = max([*left, *joined, seat.need])
+        for k in taken:
+            del staying[k]
+        chosen += taken
+        del victims[: len(taken)]
         joined.append(seat.need)
         longest = longest_now
     return chosen
