@@ -41,12 +41,13 @@ def fits(rows: int, longest: int, max_rows: int, kv_tokens: int | None) -> bool:
 def to_preempt(
     running: Sequence[Seat], waiting: Iterable[Seat], max_rows: int, kv_tokens: int | None
 ) -> list[int]:
-    """Which running rows (their indices, in the order they leave) leave so that the waiting rows, taken in their
-    order, may join: a waiting row that does not fit (no place, or no KV room for it at its
-    longest) takes the room of running rows of a worse class, the worst class first and in it
-    the row holding the fewest tokens (the least decoding lost). It stops at the first waiting
-    row that would not fit even then, or whose class is no better than every row it could
-    displace; rows are never moved out for a row that would still not fit."""
+    """Which running rows leave (their indices, in the order they leave) so that the waiting
+    rows, taken in their order, may join: a waiting row that does not fit (no place, or no KV
+    room for it at its longest) takes the room of running rows of a worse class, the worst
+    class first and in it the row holding the fewest tokens (the least decoding lost). It
+    stops at the first waiting row that would not fit even then, or whose class is no better
+    than every row it could displace; rows are never moved out for a row that would still not
+    fit."""
     staying = {k: seat.need for k, seat in enumerate(running)}
     victims = sorted(
         (k for k, seat in enumerate(running) if seat.movable),
