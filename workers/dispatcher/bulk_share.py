@@ -26,6 +26,20 @@ class BulkShare:
         self.online_waiting = online_waiting
         self._moved: dict[int, float] = {}  # bucket -> since when its bulk waits
         self._online_busy: dict[int, float] = {}  # bucket -> when online work last waited or ran
+        self._sharers_of: dict[int, list[int]] = {}  # for the live set last seen
+        self._live_seen: Mapping[int, frozenset[str]] | None = None
+
+    def observe_online(self) -> None:
+        """Note the buckets where online work waits or runs now (once a pass, before any
+        ``lanes_of``)."""
+        now = self.clock()
+        for bucket in self.config.buckets:
+            if (
+                self.online_waiting(bucket)
+                or self.flights.ready_count(bucket, "online")
+                or self.flights.in_flight_count(bucket, "online")
+            ):
+                self._online_busy[bucket] = now
 
     def moved(self, bucket: int) -> None:
         """A bulk batch of ``bucket`` went out."""
@@ -54,13 +68,19 @@ class BulkShare:
         )
 
     def _sharers(self, bucket: int, live: Mapping[int, frozenset[str]]) -> list[int]:
-        """``bucket`` and the buckets that share a live worker with it."""
-        mine = live.get(bucket, frozenset())
-        return [
-            other
-            for other in self.config.buckets
-            if other == bucket or mine & live.get(other, frozenset())
-        ]
+        """``bucket`` and the buckets that share a live worker with it (kept until the core
+        sees another live set)."""
+        if live is not self._live_seen:
+            self._live_seen, self._sharers_of = live, {}
+        found = self._sharers_of.get(bucket)
+        if found is None:
+            mine = live.get(bucket, frozenset())
+            found = self._sharers_of[bucket] = [
+                other
+                for other in self.config.buckets
+                if other == bucket or mine & live.get(other, frozenset())
+            ]
+        return found
 
     def _sharing(self, bucket: int, live: Mapping[int, frozenset[str]]) -> int:
         """Bulk batches in flight of the buckets that share a live worker with ``bucket``."""
@@ -70,13 +90,5 @@ class BulkShare:
         """Seconds since online work last waited or ran on ``bucket``'s workers (None: not
         since this dispatcher started)."""
         now = self.clock()
-        for other in self._sharers(bucket, live):
-            busy = (
-                self.online_waiting(other)
-                or self.flights.ready_count(other, "online")
-                or self.flights.in_flight_count(other, "online")
-            )
-            if busy:
-                self._online_busy[other] = now
         seen = [self._online_busy[b] for b in self._sharers(bucket, live) if b in self._online_busy]
         return now - max(seen) if seen else None

@@ -294,12 +294,11 @@ class DispatcherCore:
         # a rotating start: buckets whose bulk shares workers take the bulk slot in turn
         self._turn = (self._turn + 1) % len(self.config.buckets)
         buckets = self.config.buckets[self._turn :] + self.config.buckets[: self._turn]
+        self.bulk_share.observe_online()
         for bucket in buckets:
             for lane in LANES:
                 self._form(bucket, lane)
-            while (
-                chosen := next_lane(self.bulk_share.lanes_of(bucket, self.live), self.config.lanes)
-            ) is not None:
+            while (chosen := self._next_lane(bucket)) is not None:
                 pendings = self.flights.next_ready(bucket, chosen)
                 assert pendings is not None
                 if chosen == "bulk":
@@ -317,6 +316,14 @@ class DispatcherCore:
             for lane in LANES:
                 self._set_paused(bucket, lane, self.batchers[bucket, lane].full(), out)
 
+    def _next_lane(self, bucket: int) -> Lane | None:
+        """The lane of the bucket's next batch out. Nothing ready: none, without the lane
+        policy's state (a scan of the buckets that share workers, every bucket twice a
+        pass: two thirds of the core's time for a lone request)."""
+        if not self.flights.ready_count(bucket):
+            return None
+        return next_lane(self.bulk_share.lanes_of(bucket, self.live), self.config.lanes)
+
     def _form(self, bucket: int, lane: Lane) -> None:
         """Batches of what waits in the lane's fair queues, formed as late as they can be:
         at once while the bucket has a free slot (``idle``); a full or overdue one while
@@ -326,7 +333,7 @@ class DispatcherCore:
         its outcome, not when the records were read, and no more than a batch per worker
         waits in the queue ahead of a newcomer."""
         batcher = self.batchers[bucket, lane]
-        while True:
+        while len(batcher):
             idle, room = self._openings(bucket, lane)
             batches = batcher.take(idle=idle, room=room)
             for batch in batches:

@@ -45,6 +45,8 @@ class BucketHealth:
         self._started = clock()
         self._last_live: float | None = None  # None: no live worker seen yet
         self._outcomes: deque[tuple[float, int, int]] = deque()  # (time, ok, failed)
+        self._answered = 0  # the window's sums, kept as it moves
+        self._failed = 0
         self._open_until: float | None = None
 
     def observe_workers(self, live: int) -> None:
@@ -56,12 +58,14 @@ class BucketHealth:
         if self._open_until is not None:
             return  # outcomes of batches sent before the breaker opened say nothing new
         self._outcomes.append((now, ok, failed))
+        self._answered += ok + failed
+        self._failed += failed
         self._expire(now)
-        total = sum(o + f for _, o, f in self._outcomes)
-        errors = sum(f for _, _, f in self._outcomes)
+        total, errors = self._answered, self._failed
         if total >= self.policy.min_requests and errors / total >= self.policy.error_rate:
             self._open_until = now + self.policy.cooldown_s
             self._outcomes.clear()
+            self._answered = self._failed = 0
 
     def state(self) -> Health:
         now = self.clock()
@@ -78,4 +82,6 @@ class BucketHealth:
 
     def _expire(self, now: float) -> None:
         while self._outcomes and self._outcomes[0][0] < now - self.policy.window_s:
-            self._outcomes.popleft()
+            _, ok, failed = self._outcomes.popleft()
+            self._answered -= ok + failed
+            self._failed -= failed

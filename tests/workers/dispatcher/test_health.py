@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from headrace.workers.dispatcher.health import BucketHealth, Health, HealthPolicy
 from tests.clock import FakeClock
 
@@ -77,3 +80,37 @@ def test_a_healthy_error_rate_stays_ok() -> None:
     for _ in range(10):
         health.record(ok=9, failed=1)
     assert health.state() is Health.ok
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=20),  # seconds since the last outcome
+            st.integers(min_value=0, max_value=5),  # ok
+            st.integers(min_value=0, max_value=5),  # failed
+        ),
+        max_size=60,
+    )
+)
+def test_the_breaker_opens_exactly_when_the_window_recounted_says_so(
+    outcomes: list[tuple[float, int, int]],
+) -> None:
+    """The window's sums are kept as it moves (not recounted per answer): the breaker opens
+    on the same answer as a recount of what the window holds would open it."""
+    clock = FakeClock()
+    health = BucketHealth(POLICY, clock)
+    window: list[tuple[float, int, int]] = []
+    for gap, ok, failed in outcomes:
+        clock.now += gap
+        was_open = health.state() is Health.failing
+        health.record(ok, failed)
+        if was_open:
+            continue  # ignored while open; the window starts empty after
+        window = [w for w in window if w[0] >= clock.now - POLICY.window_s]
+        window.append((clock.now, ok, failed))
+        total = sum(o + f for _, o, f in window)
+        errors = sum(f for _, _, f in window)
+        opens = total >= POLICY.min_requests and errors / total >= POLICY.error_rate
+        assert (health.state() is Health.failing) == opens
+        if opens:
+            window = []
