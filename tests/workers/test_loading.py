@@ -104,6 +104,6 @@ def test_the_supervisor_starts_a_worker_that_timed_out_again_with_growing_delays
         pipeline.add_worker("16", env=hang, wait=False)
         eventually(lambda: len(pipeline.supervisor.restarts) >= 3, 120, "3 restarts", every_s=0.2)
         restarts = list(pipeline.supervisor.restarts)
-    assert {r.exit_code for r in restarts} == {EXIT_TIMEOUT[Stage.load_weights]}
+    assert {r.exit_code for r in restarts} == {EXIT_TIMEOUT[Stage.load_weights]}, restarts
     delays = [r.delay_s for r in restarts]
     assert delays[:3] == [1.0, 2.0, 4.0], restarts

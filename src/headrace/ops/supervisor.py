@@ -81,12 +81,14 @@ class Supervisor:
         while not self._stop.wait(self.poll_s):
             for proc in list(self.procs):  # workers added later are watched too
                 backoffs.setdefault(id(proc), self.backoff())
-                started.setdefault(id(proc), time.monotonic())
-                if proc.alive() or self._stop.is_set():
+                if proc.alive():
+                    started.setdefault(id(proc), time.monotonic())
                     continue
-                ran_s = time.monotonic() - started[id(proc)]
-                delay = backoffs[id(proc)].ended(ran_s)
                 code = proc.exit_code()
+                if code is None or self._stop.is_set():
+                    continue  # not launched yet (a worker is listed before it is launched)
+                ran_s = time.monotonic() - started.get(id(proc), time.monotonic())
+                delay = backoffs[id(proc)].ended(ran_s)
                 self.restarts.append(Restart(proc.name, code, ran_s, delay, time.time()))
                 log.warning(
                     "%s ended (exit %s) after %.1fs; starting it again in %.1fs",
