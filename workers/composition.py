@@ -129,6 +129,8 @@ class Slots:
     count: int
     root: BatchContext  # the one built (its cancel watch is closed at the end)
     context: Callable[[], BatchContext]
+    # the context of a thread beside the pool's (the hand-off desk's): a sink of its own
+    aside: Callable[[], BatchContext]
 
 
 def slots_for(settings: Settings, loaded: Loaded, ctx: BatchContext) -> Slots:
@@ -144,14 +146,15 @@ def slots_for(settings: Settings, loaded: Loaded, ctx: BatchContext) -> Slots:
     if loaded.spec.task != "generate":  # an encoder: embed, rerank, classify
         on_gpu = str(getattr(backend, "device", "cpu")).startswith("cuda")
         count = settings.encoder_slots or (2 if on_gpu else 1)
-        if count > 1:
-            ctx = replace(ctx, model_turn=threading.Lock())
+    if (count > 1 and not continuous) or settings.handoff:
+        # batches on several threads (the pool's, the hand-off desk's) take turns at the
+        # model, but a continuous decoder's: its one loop takes every thread's rows
+        ctx = replace(ctx, model_turn=ctx.model_turn if continuous else threading.Lock())
     root = ctx
+    threads = per_thread(root, lambda: TopicReplySink(open_transport(settings), settings))
     if count == 1:
-        return Slots(1, root, lambda: root)
-    return Slots(
-        count, root, per_thread(root, lambda: TopicReplySink(open_transport(settings), settings))
-    )
+        return Slots(1, root, lambda: root, threads)
+    return Slots(count, root, threads, threads)
 
 
 def take_what_fits(plan: dict[str, Any], buckets: list[int], how: str) -> list[int]:

@@ -31,10 +31,13 @@ from headrace.schemas.messages import Batch
 from headrace.schemas.topics import LANES, Topics
 from headrace.transport import TransportError
 from headrace.workers import tasks
+from headrace.workers.batch_context import BatchContext
 from headrace.workers.batch_runner import run_batch
 from headrace.workers.comparisons import Comparisons
 from headrace.workers.composition import build_context, bulk_runner, load_model, slots_for
 from headrace.workers.delivery_hooks import comparing
+from headrace.workers.handoff import Entry, Inbox
+from headrace.workers.handoff_desk import Desk
 from headrace.workers.ledger import RedisLedger
 from headrace.workers.shadow import run_shadow
 from headrace.workers.stall_watch import watch_model
@@ -67,28 +70,63 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     topics = Topics(settings.topic_prefix)
     app = tasks.celery_app(settings)
     bulk = bulk_runner(settings.bulk_nice)
+    send = tasks.batch_sender(settings)
+    queues = [topics.queue(b, lane, spec.version) for lane in LANES for b in buckets]
+
+    def compute(batch: Batch, here: BatchContext) -> None:
+        if batch.shadow:
+            run_shadow(batch, here, compare_shadow)
+        elif batch.lane == "bulk" and bulk is not None:
+            bulk.submit(run_batch, batch, here).result()
+        else:
+            run_batch(batch, here)
+
+    def let_go(batch: Batch, exc: Exception) -> None:
+        """A connection failed the batch: its claims released for the one retry."""
+        log.warning("batch %s hit %r; retrying it once", batch.batch_id, exc)
+        ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
+        try:
+            ledger.release(ids, owner=batch.batch_id)
+            ledger.end_batch(batch.batch_id)
+        except redis.RedisError:
+            pass  # the claims expire; the dispatcher's lease sends the batch again
+
+    def handed(entry: Entry) -> None:
+        batch = entry.batch()
+        try:
+            compute(batch, slots.aside())
+        except TRANSIENT_ERRORS as exc:
+            let_go(batch, exc)
+            send(batch, entry.queue, countdown=RETRY_COUNTDOWN_S)
+
+    desk = (
+        Desk(
+            Inbox(
+                redis_client,
+                settings.topic_prefix,
+                worker_id,
+                [topics.queue(b, "online", spec.version) for b in buckets],
+            ),
+            handed,
+            give_back=lambda entry: send(entry.batch(), entry.queue),
+        )
+        if settings.handoff
+        else None
+    )
 
     @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
     def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
         batch = Batch.model_validate(payload)
-        here = slots.context()
-        if batch.shadow:
-            run_shadow(batch, here, compare_shadow)
-            return
+        if desk is not None:
+            desk.task_started()
         try:
-            if batch.lane == "bulk" and bulk is not None:
-                bulk.submit(run_batch, batch, here).result()
-            else:
-                run_batch(batch, here)
+            compute(batch, slots.context())
         except TRANSIENT_ERRORS as exc:
-            log.warning("batch %s hit %r; retrying it once", batch.batch_id, exc)
-            ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
-            try:
-                ledger.release(ids, owner=batch.batch_id)
-                ledger.end_batch(batch.batch_id)
-            except redis.RedisError:
-                pass  # the claims expire; the dispatcher's lease sends the batch again
+            let_go(batch, exc)
             raise task.retry(exc=exc, countdown=RETRY_COUNTDOWN_S) from exc
+        finally:
+            if desk is not None:
+                desk.task_ended()
 
     stop = threading.Event()
     info = {
@@ -110,6 +148,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _consuming(**_: Any) -> None:
         threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+        if desk is not None:
+            desk.start()
         announce_ready("worker", worker_id)
 
     def leave() -> None:  # a stalled model: no beat more, out of the live set at once
@@ -124,7 +164,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
             pool_cls="threads" if slots.count > 1 else "solo",
             concurrency=slots.count,
             # online queues first: the broker is read in this order (tasks.celery_app)
-            queues=[topics.queue(b, lane, spec.version) for lane in LANES for b in buckets],
+            queues=queues,
             loglevel=loglevel,
             without_heartbeat=True,
             without_mingle=True,
@@ -134,6 +174,11 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         worker.start()
     finally:
         stop.set()
+        if desk is not None:
+            try:
+                desk.close()  # what its inbox holds goes to Celery's queues
+            except Exception:
+                log.warning("hand-off inbox not emptied (dispatchers send it again)", exc_info=True)
         if stalls is not None:
             stalls.stop()
         if slots.root.cancels is not None:

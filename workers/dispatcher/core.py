@@ -166,6 +166,9 @@ class DispatcherCore:
                     self.flights.finish(ref)
             case ev.BatchNotSent():
                 self._not_sent(event.batch_id, out)
+            case ev.HandedOff():
+                if (flight := self.flights.get(event.batch_id)) is not None:
+                    flight.runner = event.worker_id
             case ev.Settled():
                 self._exhaust(self.recovery.settled(event), out)
             case ev.PartitionsRevoked():

@@ -117,6 +117,15 @@ class BatchNotSent:
 
 
 @dataclass(frozen=True)
+class HandedOff:
+    """The batch went straight to an idle worker (``workers/handoff.py``), not to Celery's
+    queue: its runner is known from now on, so the worker's death sends it again."""
+
+    batch_id: str
+    worker_id: str
+
+
+@dataclass(frozen=True)
 class Settled:
     """What a ``Settle`` found: the requests whose reply is on their reply topic."""
 
@@ -190,6 +199,7 @@ Event = (
     | AnswerDeferred
     | AnswersDelivered
     | BatchNotSent
+    | HandedOff
     | Settled
     | PartitionsRevoked
     | PartitionsLost

@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     # another's compute. None: 2 on a GPU (idle during those round trips otherwise), 1 on
     # a CPU (already busy then: 2 measured the same tokens/s)
     encoder_slots: int | None = Field(default=None, ge=1)
+    # An online batch goes straight to an idle worker of its queue when there is one (a Redis
+    # list the worker waits on, workers/handoff.py), not through Celery's queue: a lone
+    # request's latency without Celery's round trip. Busy workers: Celery, as always.
+    handoff: bool = True
     generation_max_rows: int = Field(default=256, ge=1)  # rows decoding at once (transformers)
     vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     vllm_max_num_seqs: int = Field(default=256, ge=1)

@@ -415,6 +415,20 @@ def test_a_live_worker_keeps_its_batch_up_to_three_leases() -> None:
     assert sorted(ids(s) for s in sends) == [["r1"], ["r2"]]  # a failed attempt: split
 
 
+def test_a_batch_handed_to_a_worker_that_dies_before_it_claims_is_sent_again_at_once() -> None:
+    """The worker a batch was handed to is its runner from the hand-off on: its death sends
+    the batch again when it stops beating, not at the end of the lease (no claim names it
+    yet: a batch killed in a worker's inbox never reached the ledger)."""
+    rig = Rig(lease_base_s=30)
+    rig.workers({16: {"w1", "w2"}})
+    rig.read(rig.request("r1"))
+    [send] = of(ev.SendBatch, rig.tick())
+    rig.handle(ev.HandedOff(send.batch.batch_id, "w1"))
+    [settle] = of(ev.Settle, rig.workers({16: {"w2"}}, runners={}))
+    [again] = of(ev.SendBatch, rig.handle(ev.Settled(settle.job_id, frozenset())) + rig.tick())
+    assert ids(again) == ["r1"]
+
+
 def test_a_request_that_kills_its_worker_ends_alone_and_is_given_up_on() -> None:
     rig = Rig(max_attempts=2)
     rig.workers({16: {"w0"}})

@@ -12,6 +12,11 @@ RECORDS = Counter(
     "headrace_dispatcher_records_total", "Request records read, by outcome", ["outcome"]
 )
 BATCHES = Counter("headrace_dispatcher_batches_total", "Batches dispatched", ["bucket"])
+HANDED_OFF = Counter(
+    "headrace_dispatcher_handed_off_total",
+    "Batches handed straight to an idle worker, past Celery's queue",
+    ["bucket"],
+)
 REAL_TOKENS = Counter("headrace_dispatcher_real_tokens_total", "Real tokens dispatched", ["bucket"])
 PADDED_TOKENS = Counter(
     "headrace_dispatcher_padded_tokens_total",

@@ -40,6 +40,7 @@ from headrace.workers.dispatcher.events import (
     CompletionsRead,
     Event,
     Forward,
+    HandedOff,
     LimitsNotSynced,
     LimitsSynced,
     LookUpCache,
@@ -66,10 +67,11 @@ from headrace.workers.dispatcher.io.cache_rung import CacheRung
 from headrace.workers.dispatcher.io.control import ControlReader
 from headrace.workers.dispatcher.io.lag import export_lag, publish_backlog
 from headrace.workers.dispatcher.io.loop_watch import LoopWatch, LoopWatcher
-from headrace.workers.dispatcher.io.metrics import PrometheusObserver
+from headrace.workers.dispatcher.io.metrics import HANDED_OFF, PrometheusObserver
 from headrace.workers.dispatcher.io.model_watch import ModelWatch
 from headrace.workers.dispatcher.io.settling import Settler
 from headrace.workers.dispatcher.io.stall import stall_on
+from headrace.workers.handoff import HandOff
 from headrace.workers.ledger import ANSWERED, Ledger, RedisLedger
 from headrace.workers.tasks import batch_sender
 
@@ -126,6 +128,12 @@ class Dispatcher:
         self.transport.ensure_topics([*topics, self.core.topics.dead_letter])
         self.ledger = self._ledger or RedisLedger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
         self.send_batch = self._send_batch or batch_sender(s)
+        # straight to an idle worker first (not with a sender of the caller's: its tests')
+        self.handoff = (
+            HandOff(redis_client(s), s.topic_prefix)
+            if s.handoff and self._send_batch is None
+            else None
+        )
         self.limits = LimitsStore(redis_client(s), s.topic_prefix, s.quota_window_s)
         # short: a flush that fails is tried again on the next pass, and the poll loop must
         # keep its group membership meanwhile
@@ -233,7 +241,11 @@ class Dispatcher:
                 case SendBatch():
                     self.model_watch.sent(action)
                     try:
-                        self.send_batch(action.batch, action.queue)
+                        worker = self._hand_off(action)
+                        if worker is None:
+                            self.send_batch(action.batch, action.queue)
+                        else:
+                            follow.append(HandedOff(action.batch.batch_id, worker))
                     except REDIS_ERRORS as exc:
                         log.warning("batch queue unreachable (%s)", exc)
                         unsent.append(action.batch.batch_id)
@@ -262,6 +274,15 @@ class Dispatcher:
         # first in line again in their order: the last one goes to the front first
         follow += [BatchNotSent(batch_id) for batch_id in reversed(unsent)]
         return follow
+
+    def _hand_off(self, action: SendBatch) -> str | None:
+        """The idle worker an online batch went to straight, if one was idle."""
+        if self.handoff is None or action.batch.lane != "online" or action.shadow:
+            return None
+        worker = self.handoff.offer(action.batch, action.queue)
+        if worker is not None:
+            HANDED_OFF.labels(str(action.batch.bucket)).inc()
+        return worker
 
     def _sync_limits(self, action: SyncLimits) -> Event:
         try:
