@@ -314,7 +314,8 @@ class DispatcherCore:
                             out.append(self.refusals.cancelled(p, bucket))
                     pendings = keep
                 if pendings:
-                    out += self.outgoing.dispatch(bucket, pendings)
+                    free = self.flights.in_flight_count(bucket) < self._capacity(bucket)
+                    out += self.outgoing.dispatch(bucket, pendings, handoff=free)
             self.bulk_share.settled(bucket)
             for lane in LANES:
                 self._set_paused(bucket, lane, self.batchers[bucket, lane].full(), out)

@@ -223,6 +223,9 @@ class SendBatch:
     padded_tokens: int
     lengths: tuple[int, ...] = ()  # each row's tokens (the lengths its bucket sees)
     shadow: bool = False  # a shadow copy: nothing waits for it
+    # an online batch sent while its bucket had a free place: it may go straight to an idle
+    # worker (workers/handoff.py); the others queue behind what Celery holds, in order
+    handoff: bool = False
 
 
 @dataclass(frozen=True)

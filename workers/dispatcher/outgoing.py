@@ -35,15 +35,18 @@ class Outgoing:
         self.clock = clock
         self.wall_clock = wall_clock
 
-    def dispatch(self, bucket: int, pendings: list[Pending]) -> list[ev.SendBatch]:
-        """One batch per model version serving these requests, and shadow copies."""
+    def dispatch(
+        self, bucket: int, pendings: list[Pending], handoff: bool = False
+    ) -> list[ev.SendBatch]:
+        """One batch per model version serving these requests, and shadow copies.
+        ``handoff``: the bucket has a free place (its batches may go to an idle worker)."""
         out = []
         for version, part in self.versions.split(bucket, pendings):
             # the shadow that also computes each request (asked once per request)
             shadows = [
                 self.versions.shadow_of(bucket, version, p) if version else None for p in part
             ]
-            out.append(self._send(bucket, part, version, shadows))
+            out.append(self._send(bucket, part, version, shadows, handoff))
             if version is not None:
                 out += self._shadow(bucket, version, part, shadows)
         return out
@@ -54,6 +57,7 @@ class Outgoing:
         pendings: list[Pending],
         version: str | None,
         shadows: list[str | None],
+        handoff: bool,
     ) -> ev.SendBatch:
         attempt = 1 + max(p.failures for p in pendings)
         lane = pendings[0].lane
@@ -91,6 +95,7 @@ class Outgoing:
             real_tokens=real,
             padded_tokens=padded,
             lengths=tuple(p.tokens for p in pendings),
+            handoff=handoff and lane == "online",
         )
 
     def _shadow(

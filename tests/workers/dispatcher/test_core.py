@@ -415,6 +415,24 @@ def test_a_live_worker_keeps_its_batch_up_to_three_leases() -> None:
     assert sorted(ids(s) for s in sends) == [["r1"], ["r2"]]  # a failed attempt: split
 
 
+def test_only_an_online_batch_sent_into_a_free_place_may_be_handed_to_an_idle_worker() -> None:
+    """A batch sent while its bucket's workers are all taken queues behind what Celery
+    holds, in order: handed straight to a worker that just came free it would pass them."""
+    rig = Rig()
+    rig.workers({16: {"w1"}})  # one place
+    rig.read(rig.request("r1"))
+    [first] = of(ev.SendBatch, rig.tick())
+    assert first.handoff
+    rig.read(rig.request("r2"))
+    [second] = of(ev.SendBatch, rig.tick(0.05))  # the place is taken: queued behind r1
+    assert not second.handoff
+    rig.complete(first)
+    rig.complete(second)
+    rig.read(rig.request("r3", lane="bulk"))
+    [bulk] = of(ev.SendBatch, rig.tick(0.05))
+    assert ids(bulk) == ["r3"] and not bulk.handoff  # bulk always queues
+
+
 def test_a_batch_handed_to_a_worker_that_dies_before_it_claims_is_sent_again_at_once() -> None:
     """The worker a batch was handed to is its runner from the hand-off on: its death sends
     the batch again when it stops beating, not at the end of the lease (no claim names it

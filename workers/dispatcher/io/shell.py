@@ -276,8 +276,10 @@ class Dispatcher:
         return follow
 
     def _hand_off(self, action: SendBatch) -> str | None:
-        """The idle worker an online batch went to straight, if one was idle."""
-        if self.handoff is None or action.batch.lane != "online" or action.shadow:
+        """The idle worker an online batch went to straight, if one was idle (only while its
+        bucket had a free place: a batch sent into a full bucket waits behind those Celery
+        holds, in their order)."""
+        if self.handoff is None or not action.handoff:
             return None
         worker = self.handoff.offer(action.batch, action.queue)
         if worker is not None:
