@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -63,3 +64,6 @@ class BatchContext:
     model_turn: AbstractContextManager[object] = field(default_factory=nullcontext)
     # one look at Redis for every running generation's cancellations (None: each batch asks)
     cancels: CancelWatch | None = None
+    # where an encoder's first attempt at a batch claims its requests while it computes them
+    # (the claim's round trip off a lone request's path); None: claim, then compute
+    claim_beside: Executor | None = None

@@ -63,9 +63,22 @@ log = logging.getLogger(__name__)
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
-    states = ctx.ledger.claim(
-        ids, owner=batch.batch_id, lease_ms=ctx.claim_ms, worker_id=ctx.worker_id
-    )
+
+    def claim() -> list[ClaimState]:
+        return ctx.ledger.claim(
+            ids, owner=batch.batch_id, lease_ms=ctx.claim_ms, worker_id=ctx.worker_id
+        )
+
+    # An encoder's first attempt computes while its claim is on its way: a redelivery aside,
+    # every request of a first attempt is fresh, and what the claim says otherwise is only
+    # computed, never sent (a generation's rows go out as they finish: claimed first).
+    computed: list[tuple[BatchItem, Reply]] | None = None
+    if ctx.claim_beside is not None and batch.attempt == 1 and ctx.backend.task != "generate":
+        claiming = ctx.claim_beside.submit(claim)
+        computed = answer(batch, batch.items, ctx)
+        states = claiming.result()
+    else:
+        states = claim()
     already: list[RecordRef] = []
     deferred: list[RecordRef] = []
     fresh: list[BatchItem] = []
@@ -87,7 +100,11 @@ def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
             fresh.append(item)
 
     delivery = Delivery(batch, ctx)
-    replies.extend(answer(batch, fresh, ctx, early=delivery.send))
+    if computed is None:
+        replies.extend(answer(batch, fresh, ctx, early=delivery.send))
+    else:
+        taken = {ref_key(item.ref) for item in fresh}
+        replies.extend((item, reply) for item, reply in computed if ref_key(item.ref) in taken)
     return delivery.end(replies, already, deferred)
 
 

@@ -114,6 +114,7 @@ def build_context(
         ),
         model_version=spec.version,
         shadowed=comparing(comparisons, "served", spec.version),
+        claim_beside=ThreadPoolExecutor(max_workers=2, thread_name_prefix="claim"),
         before_delivery=ResultWriter(
             open_cache(settings, l1=False, background_l3=True),
             settings,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -99,6 +100,86 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
     assert len(completion.done) == 8 and completion.failed == 1 and not completion.deferred
     assert ledger.runners([batch.batch_id]) == [None]  # finished: no longer running
     assert set(ledger.claim(keys, "again", 1000)) == {ClaimState.answered}  # redelivery: silent
+
+
+class ClaimAfterCompute(MemoryLedger):
+    """A ledger whose claim answers only once the model has started on the batch: a batch
+    that claims before it computes waits ``patience_s`` and finds the claim refused."""
+
+    def __init__(self, computing: threading.Event, patience_s: float = 5.0) -> None:
+        super().__init__()
+        self.computing = computing
+        self.patience_s = patience_s
+
+    def claim(
+        self, ids: list[tuple[str, str]], owner: str, lease_ms: int, worker_id: str | None = None
+    ) -> list[ClaimState]:
+        if not self.computing.wait(self.patience_s):
+            raise ConnectionError("claimed before the model started: not beside it")
+        return super().claim(ids, owner, lease_ms, worker_id)
+
+
+class Computing(FaultyBackend):
+    def __init__(self, inner: EmbeddingBackend, computing: threading.Event) -> None:
+        super().__init__(inner)
+        self.computing = computing
+
+    def embed(
+        self, items: list[EncodedItem], normalize: list[bool]
+    ) -> tuple[list[list[float]], int, int]:
+        self.computing.set()
+        return super().embed(items, normalize)
+
+
+def test_a_first_attempt_claims_beside_its_compute_and_sends_only_what_it_claimed(
+    backend: EmbeddingBackend,
+) -> None:
+    """The claim runs while the model computes (this ledger answers only then), and what it
+    says still decides what is sent: answered requests get no second reply, a cancelled one
+    its error, one another attempt holds is deferred; a second attempt claims first."""
+    prefix = "t-beside"
+    settings = Settings(topic_prefix=prefix)
+    computing = threading.Event()
+    ledger = ClaimAfterCompute(computing)
+    sink, transport = memory_sink(settings)
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        ctx = BatchContext(
+            backend=Computing(backend, computing),
+            ledger=ledger,
+            sink=sink,
+            worker_id="w",
+            claim_beside=beside,
+        )
+        batch = make_batch(prefix, [f"sentence number {i}" for i in range(5)], MODEL)
+        keys = [(i.request.tenant, i.request.request_id) for i in batch.items]
+        ledger.cancel(*keys[1])
+        ledger.mark_answered([keys[2]])
+        held = MemoryLedger.claim(ledger, [keys[3]], "another attempt", 60_000)
+        assert held == [ClaimState.fresh]
+
+        completion = run_batch(batch, ctx)
+
+        replies = {
+            r.request_id: r
+            for r in (
+                Reply.model_validate_json(x.value)
+                for x in transport.scan(batch.items[0].request.reply_to)
+            )
+        }
+        assert set(replies) == {keys[0][1], keys[1][1], keys[4][1]}
+        assert replies[keys[1][1]].error is not None
+        assert replies[keys[1][1]].error.code is ErrorCode.cancelled
+        for i in (0, 4):
+            result = replies[keys[i][1]].result
+            assert isinstance(result, EmbeddingResult) and len(result.embedding) == 384
+        assert [ref.offset for ref in completion.deferred] == [batch.items[3].ref.offset]
+        assert len(completion.done) == 4
+
+        computing.clear()  # a second attempt claims before it computes: it would wait
+        ledger.patience_s = 0.2
+        again = make_batch(prefix, ["one more sentence"], MODEL).model_copy(update={"attempt": 2})
+        with pytest.raises(ConnectionError):
+            run_batch(again, ctx)
 
 
 def test_each_reply_carries_its_share_of_the_batch_device_time(
