@@ -29,10 +29,14 @@ class Desk:
         run: Callable[[Entry], None],
         give_back: Callable[[Entry], None],
         wait_s: float = WAIT_S,
+        prepare: Callable[[], object] = lambda: None,
     ) -> None:
         """``run``: compute a batch handed over (on the desk's thread; it answers its own
-        errors); ``give_back``: send one left in the inbox at the end by Celery."""
+        errors); ``give_back``: send one left in the inbox at the end by Celery;
+        ``prepare``: called on the desk's thread before it first says it is idle (what the
+        first batch handed over would otherwise wait for: its reply sink's connection)."""
         self.inbox = inbox
+        self.prepare = prepare
         self.run = run
         self.give_back = give_back
         self.wait_s = wait_s
@@ -70,6 +74,10 @@ class Desk:
             self.give_back(entry)
 
     def _loop(self) -> None:
+        try:
+            self.prepare()
+        except Exception:  # the first batch prepares it, then
+            log.warning("hand-off desk not prepared", exc_info=True)
         while not self._stop.is_set():
             try:
                 entry = self._wait()

@@ -109,6 +109,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
             ),
             handed,
             give_back=lambda entry: send(entry.batch(), entry.queue),
+            prepare=slots.aside,  # its own reply sink, connected before the first batch
         )
         if settings.handoff
         else None

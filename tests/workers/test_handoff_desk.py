@@ -35,9 +35,17 @@ def test_the_desk_is_idle_between_tasks_runs_what_it_is_handed_and_gives_back_th
         if got.batch_id in holds:  # computing: no token meanwhile
             holds[got.batch_id].wait(10)
 
-    desk = Desk(Inbox(client, prefix, "w1", ["q"]), run, given_back.append, wait_s=0.1)
+    prepared: list[str] = []
+    desk = Desk(
+        Inbox(client, prefix, "w1", ["q"]),
+        run,
+        given_back.append,
+        wait_s=0.1,
+        prepare=lambda: prepared.append(threading.current_thread().name),
+    )
     desk.start()
     assert eventually(lambda: offers.offer(first, "q") == "w1", timeout_s=5)
+    assert prepared == ["handoff"]  # on its own thread, once, before it was first idle
     assert eventually(lambda: ran == [first], timeout_s=5)
     assert offers.offer(second, "q") is None  # busy with what it was handed
     desk.task_started()  # a Celery task too: not idle until it ends
