@@ -7,9 +7,7 @@ Every request of the batch ends with exactly one of: a reply produced now, alrea
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -18,7 +16,6 @@ import numpy as np
 import torch
 
 from headrace.schemas.errors import ErrorCode, ErrorInfo, input_too_long
-from headrace.schemas.logprobs import TokenLogprob, TopLogprob
 from headrace.schemas.messages import (
     SCORED,
     Batch,
@@ -33,11 +30,9 @@ from headrace.schemas.messages import (
     Request,
     StreamDelta,
     Timings,
-    Usage,
 )
-from headrace.schemas.params import EmbedParams, GenerateParams, priority_rank
+from headrace.schemas.params import EmbedParams, priority_rank
 from headrace.schemas.results import Result
-from headrace.schemas.tool_calls import read_calls
 from headrace.sessions.prompt import render_prompt
 from headrace.workers.admission import admission_error
 from headrace.workers.backends.base import (
@@ -45,11 +40,16 @@ from headrace.workers.backends.base import (
     EncodedItem,
     Generated,
     GenerativeBackend,
-    Logprob,
     OnFinished,
 )
 from headrace.workers.batch_context import BatchContext
 from headrace.workers.batch_inputs import encode, given_ids_fit
+from headrace.workers.generation_results import (
+    Pieces,
+    generation_result,
+    sampling_params,
+    token_namer,
+)
 from headrace.workers.score_rows import score_rows
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def _compute(
                 padded_tokens=tokens,  # it left the decode loop as it finished
             )
             compute_ms = (now - started) * 1000
-            result = _generation_result(enc, out, sampling_params(item.request), pieces)
+            result = generation_result(enc, out, sampling_params(item.request), pieces)
             reply = _reply(
                 item, result, started, compute_ms, info, tokens, len(runnable), out.device_ms
             )
@@ -282,7 +282,6 @@ def _reply(
 
 
 Computed = tuple[list[Result], int, int]
-Pieces = Callable[[list[int]], list[tuple[str, list[int]]]]  # token ids -> (text, bytes)
 
 
 def _embed(backend: Backend, runnable: list[tuple[BatchItem, EncodedItem]]) -> Computed:
@@ -348,64 +347,9 @@ def _generate(
         if watched is not None:
             watched.close()
     results: list[Result] = [
-        _generation_result(enc, o, p, pieces)
+        generation_result(enc, o, p, pieces)
         for enc, o, p in zip(encoded, outputs, params, strict=True)
     ]
     device_ms[:] = [o.device_ms for o in outputs]
     lengths = [len(enc.ids) + o.completion_tokens for enc, o in zip(encoded, outputs, strict=True)]
     return results, sum(lengths), max(lengths) * len(runnable)
-
-
-def token_namer(backend: object) -> Pieces:
-    """The backend's ``token_pieces`` (each token's text and bytes, for log probabilities)."""
-    named = getattr(backend, "token_pieces", None)
-    if named is None:
-
-        def unnamed(ids: list[int]) -> list[tuple[str, list[int]]]:
-            raise TypeError(f"{type(backend).__name__} cannot name its tokens (logprobs)")
-
-        return unnamed
-    return cast(Pieces, named)
-
-
-def _generation_result(
-    enc: EncodedItem, out: Generated, params: GenerateParams, pieces: Pieces
-) -> GenerationResult:
-    """A row's result; a row asked for tool calls whose text is whole calls ends
-    ``tool_calls``, as OpenAI's does."""
-    fmt = params.response_format
-    calls = fmt is not None and fmt.type == "tool_calls" and read_calls(out.text) is not None
-    return GenerationResult(
-        text=out.text,
-        finish_reason="tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason,
-        usage=Usage(prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens),
-        truncated=enc.truncated,
-        logprobs=wire_logprobs(out.logprobs, pieces) if out.logprobs is not None else None,
-    )
-
-
-def wire_logprobs(logprobs: list[Logprob], pieces: Pieces) -> list[TokenLogprob]:
-    """A row's log probabilities with each token's text and bytes (``token_pieces`` of the
-    backend, asked once for every id the row's tokens and alternatives name)."""
-    ids = sorted({lp.token_id for lp in logprobs} | {t for lp in logprobs for t, _ in lp.top})
-    named = dict(zip(ids, pieces(ids) if ids else [], strict=True))
-
-    def top(token_id: int, logprob: float) -> TopLogprob:
-        text, raw = named[token_id]
-        return TopLogprob(token=text, logprob=logprob, bytes=raw)
-
-    return [
-        TokenLogprob(
-            **top(lp.token_id, lp.logprob).model_dump(),
-            top_logprobs=[top(t, v) for t, v in lp.top],
-        )
-        for lp in logprobs
-    ]
-
-
-def sampling_params(request: Request) -> GenerateParams:
-    params = cast(GenerateParams, request.params)
-    if params.seed is not None:
-        return params
-    digest = hashlib.sha256(f"{request.tenant}/{request.request_id}".encode()).digest()
-    return params.model_copy(update={"seed": int.from_bytes(digest[:8], "big") >> 1})
