@@ -3,9 +3,11 @@ path; issue 35).
 
 A worker with nothing to compute says so in Redis: a **token** key with a short expiry, set
 again while it waits on its **inbox** list, and its id in the **index** set of each queue it
-serves (the online lane's, for its buckets and model version). The dispatcher **offers** an
-online batch: one Lua script takes the token of a worker in the queue's index (``DEL`` is the
-take: of two dispatchers, one gets the worker) and pushes the batch on that worker's inbox.
+serves (the online lane's, for its buckets and model version), both in one transaction. The
+dispatcher **offers** an online batch: one Lua script takes the token of a worker in the
+queue's index (``DEL`` is the take: of two dispatchers, one gets the worker) and pushes the
+batch on that worker's inbox; a member it finds without a token (busy, gone) it drops from
+the index, so the index holds about the idle workers and a dead one's id does not stay.
 No idle worker: the offer says so and the batch goes by Celery, as every batch did before.
 
 What it costs a request to be handed off instead of queued: nothing is lost that the Celery
@@ -35,6 +37,7 @@ INBOX_MS = 120_000  # a dead worker's inbox is dropped this long after its last 
 # KEYS[1]: the queue's index; ARGV: the key prefix, the entry (queue \n batch), INBOX_MS,
 # a random number. The first worker of the index, from a place the number picks (so idle
 # workers share lone requests), whose token this call deletes gets the entry; none: false.
+# Members passed over had no token: out of the index until they say they are idle again.
 _OFFER = """
 local workers = redis.call('SMEMBERS', KEYS[1])
 local n = #workers
@@ -46,6 +49,7 @@ for i = 0, n - 1 do
     redis.call('PEXPIRE', inbox, ARGV[3])
     return worker
   end
+  redis.call('SREM', KEYS[1], worker)
 end
 return false
 """
@@ -108,16 +112,14 @@ class Inbox:
         self._inbox = f"{base}inbox:{worker_id}"
         self.worker_id = worker_id
 
-    def join(self) -> None:
-        """In every index of the worker's queues (not idle until ``ready``)."""
-        pipe = self.redis.pipeline(transaction=False)
+    def ready(self, token_ms: int = TOKEN_MS) -> None:
+        """Idle for ``token_ms`` from now: a dispatcher may hand it a batch (in every index
+        of its queues and its token set, at once: an offer sees both or neither)."""
+        pipe = self.redis.pipeline(transaction=True)
         for index in self._index:
             pipe.sadd(index, self.worker_id)
+        pipe.set(self._token, "1", px=token_ms)
         pipe.execute()
-
-    def ready(self, token_ms: int = TOKEN_MS) -> None:
-        """Idle for ``token_ms`` from now: a dispatcher may hand it a batch."""
-        self.redis.set(self._token, "1", px=token_ms)
 
     def busy(self) -> None:
         """Not idle (a batch came by Celery)."""

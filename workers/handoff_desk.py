@@ -47,7 +47,6 @@ class Desk:
         self._thread = threading.Thread(target=self._loop, name="handoff", daemon=True)
 
     def start(self) -> Desk:
-        self.inbox.join()
         self._thread.start()
         return self
 

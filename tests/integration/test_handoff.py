@@ -22,6 +22,7 @@ from headrace.producers.client import Client
 from headrace.producers.submission import Submission
 from headrace.schemas.messages import final_reply
 from tests.conftest import pipeline_env, unique_prefix
+from tests.eventually import eventually
 from tests.integration.topics import read_topic
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("stack")]
@@ -37,10 +38,14 @@ def handed_off(pipeline: Pipeline) -> float:
 
 
 def inbox_of(client: redis.Redis, prefix: str, pid: int) -> str:
-    """The inbox key of the worker process ``pid`` (its id holds its pid)."""
-    keys = [k.decode() for k in client.scan_iter(f"{prefix}:handoff:index:*")]
-    members = {m.decode() for key in keys for m in client.smembers(key)}
-    (worker,) = [m for m in members if f"-{pid}-" in m]
+    """The inbox key of the idle worker process ``pid`` (its id holds its pid)."""
+
+    def found() -> list[str]:
+        keys = [k.decode() for k in client.scan_iter(f"{prefix}:handoff:index:*")]
+        members = {m.decode() for key in keys for m in client.smembers(key)}
+        return [m for m in members if f"-{pid}-" in m]
+
+    (worker,) = eventually(found, timeout_s=10, what=f"worker {pid} idle")
     return f"{prefix}:handoff:inbox:{worker}"
 
 

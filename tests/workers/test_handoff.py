@@ -38,10 +38,8 @@ def test_a_batch_goes_to_an_idle_worker_of_its_queue_once(client: redis.Redis, p
     offers = HandOff(client, prefix)
     mine = Inbox(client, prefix, "w1", ["q.b32", "q.b64"])
     other = Inbox(client, prefix, "w2", ["q.b128"])
-    mine.join()
-    other.join()
     sent = batch(prefix)
-    assert offers.offer(sent, "q.b64") is None  # in the index, not idle yet
+    assert offers.offer(sent, "q.b64") is None  # nobody said it is idle yet
     mine.ready()
     other.ready()
     assert offers.offer(sent, "q.b256") is None  # nobody serves that queue
@@ -59,13 +57,16 @@ def test_a_worker_is_idle_only_until_its_token_runs_out_or_it_turns_busy(
 ) -> None:
     offers = HandOff(client, prefix)
     inbox = Inbox(client, prefix, "w1", ["q"])
-    inbox.join()
+    index = f"{prefix}:handoff:index:q"
     inbox.ready(token_ms=100)
     time.sleep(0.2)  # it stopped saying so (killed, stuck): nothing is handed to it
     assert offers.offer(batch(prefix), "q") is None
+    assert not client.sismember(index, "w1")  # and a dead one's id does not stay
     inbox.ready()
     inbox.busy()  # a Celery task started
     assert offers.offer(batch(prefix), "q") is None
+    inbox.ready()  # idle again: back in the index
+    assert offers.offer(batch(prefix), "q") == "w1"
 
 
 def test_a_worker_that_leaves_gives_back_its_inbox_and_is_offered_nothing_more(
@@ -73,7 +74,6 @@ def test_a_worker_that_leaves_gives_back_its_inbox_and_is_offered_nothing_more(
 ) -> None:
     offers = HandOff(client, prefix)
     inbox = Inbox(client, prefix, "w1", ["q"])
-    inbox.join()
     inbox.ready()
     first = batch(prefix)
     assert offers.offer(first, "q") == "w1"
@@ -89,7 +89,6 @@ def test_two_dispatchers_offering_at_once_never_give_one_worker_two_batches(
 ) -> None:
     inboxes = [Inbox(client, prefix, f"w{i}", ["q"]) for i in range(3)]
     for inbox in inboxes:
-        inbox.join()
         inbox.ready()
     taken: list[str | None] = []
     lock = threading.Lock()
