@@ -17,10 +17,11 @@ from headrace import connections
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Completion, EmbeddingResult, Reply
+from headrace.schemas.messages import Batch, Completion, EmbeddingResult, Reply
 from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
 from headrace.transport.base import Delivered
+from headrace.transport.memory import MemoryTransport
 from headrace.workers.backends import EmbeddingBackend
 from headrace.workers.backends.base import EncodedItem
 from headrace.workers.batch_context import BatchContext
@@ -52,6 +53,12 @@ class SmallMemory(FaultyBackend):
         return super().embed(items, normalize)
 
 
+def replies_by_id(transport: MemoryTransport, batch: Batch) -> dict[str, Reply]:
+    """What the batch's reply topic holds, by request id."""
+    records = transport.scan(batch.items[0].request.reply_to)
+    return {r.request_id: r for r in (Reply.model_validate_json(x.value) for x in records)}
+
+
 @pytest.fixture(scope="module")
 def backend() -> EmbeddingBackend:
     return loaded_minilm()
@@ -80,13 +87,7 @@ def test_oom_splits_poison_fails_alone_cancelled_and_answered_are_respected(
 
     completion = run_batch(batch, ctx)
 
-    replies = {
-        r.request_id: r
-        for r in (
-            Reply.model_validate_json(x.value)
-            for x in transport.scan(batch.items[0].request.reply_to)
-        )
-    }
+    replies = replies_by_id(transport, batch)
     ids = [k[1] for k in keys]
     assert ids[2] not in replies  # answered before: no second reply
     assert replies[ids[1]].error is not None and replies[ids[1]].error.code is ErrorCode.cancelled
@@ -159,13 +160,7 @@ def test_a_first_attempt_claims_beside_its_compute_and_sends_only_what_it_claime
 
         completion = run_batch(batch, ctx)
 
-        replies = {
-            r.request_id: r
-            for r in (
-                Reply.model_validate_json(x.value)
-                for x in transport.scan(batch.items[0].request.reply_to)
-            )
-        }
+        replies = replies_by_id(transport, batch)
         assert set(replies) == {keys[0][1], keys[1][1], keys[4][1]}
         assert replies[keys[1][1]].error is not None
         assert replies[keys[1][1]].error.code is ErrorCode.cancelled
