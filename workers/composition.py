@@ -147,10 +147,10 @@ def slots_for(settings: Settings, loaded: Loaded, ctx: BatchContext) -> Slots:
     if loaded.spec.task != "generate":  # an encoder: embed, rerank, classify
         on_gpu = str(getattr(backend, "device", "cpu")).startswith("cuda")
         count = settings.encoder_slots or (2 if on_gpu else 1)
-    if (count > 1 and not continuous) or settings.handoff:
+    if not continuous and (count > 1 or settings.handoff):
         # batches on several threads (the pool's, the hand-off desk's) take turns at the
-        # model, but a continuous decoder's: its one loop takes every thread's rows
-        ctx = replace(ctx, model_turn=ctx.model_turn if continuous else threading.Lock())
+        # model; a continuous decoder's one loop takes every thread's rows itself
+        ctx = replace(ctx, model_turn=threading.Lock())
     root = ctx
     threads = per_thread(root, lambda: TopicReplySink(open_transport(settings), settings))
     if count == 1:

@@ -3,7 +3,7 @@ only) and the one task's name. Importing this loads Celery, not the model."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 from celery import Celery
 
@@ -38,7 +38,11 @@ def celery_app(settings: Settings) -> Celery:
     return app
 
 
-def batch_sender(settings: Settings) -> Callable[..., None]:
+class BatchSend(Protocol):
+    def __call__(self, batch: Batch, queue: str, countdown: float | None = None) -> None: ...
+
+
+def batch_sender(settings: Settings) -> BatchSend:
     """Sends a batch to a bucket's queue as the one task (JSON), ``countdown`` seconds from
     now (None: at once)."""
     app = celery_app(settings)
