@@ -105,7 +105,6 @@ class Inbox:
 
     def __init__(self, client: redis.Redis, prefix: str, worker_id: str, queues: list[str]):
         self.redis = client
-        self.queues = queues
         base = _base(prefix)
         self._index = [_index(prefix, q) for q in queues]
         self._token = f"{base}token:{worker_id}"
