@@ -5,11 +5,13 @@ encode with it)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
+
+from headrace.models.piece_count import PieceCounter, piece_counter
 
 if TYPE_CHECKING:
     from headrace.config.settings import Settings
@@ -61,10 +63,21 @@ def special_frame(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
 
 
 def count_with(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
-    """Tokens per text, special tokens included (what the model will see). Without offsets
-    (``encode_batch_fast``, tokenizers >= 0.21): counting needs none."""
+    """Tokens per text, special tokens included (what the model will see): by pieces where
+    the tokenizer's split is known (``models/piece_count.py``, a quarter of a full encode's
+    cost), else by a full encode without offsets (``encode_batch_fast``, tokenizers >= 0.21:
+    counting needs none)."""
+    counter = _piece_counter(tokenizer)
+    if counter is not None:
+        return counter.count(texts)
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
     return [len(e.ids) for e in encode(list(texts))]
+
+
+@lru_cache(maxsize=32)
+def _piece_counter(tokenizer: Tokenizer) -> PieceCounter | None:
+    """One counter per tokenizer object (its memory of pieces is the saving)."""
+    return piece_counter(tokenizer)
 
 
 def count_tokens(model: str, texts: list[str]) -> list[int]:
