@@ -34,7 +34,9 @@ from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.core import DispatcherCore
 from headrace.workers.dispatcher.intake import parse_request
+from headrace.workers.dispatcher.io.collector import tune_collector
 from headrace.workers.dispatcher.io.metrics import PrometheusObserver
+from headrace.workers.tasks import task_args
 
 PARTITIONS = 2
 
@@ -92,6 +94,8 @@ def polls(records: list[Record], size: int) -> list[dict[Partition, list[Record]
 
 
 def run(settings: Settings, requests: int, poll: int) -> Figures:
+    tune_collector()  # as the dispatcher process does once it has started (the records made
+    # below stand for the broker's and are walked by the collector as a poll's would be)
     tokenizer = tokenizer_for(settings.model)
     spec = model_spec(settings.model)
     config = CoreConfig.from_settings(settings, {settings.model: spec.max_tokens}, "bench")
@@ -113,7 +117,7 @@ def run(settings: Settings, requests: int, poll: int) -> Figures:
         completions = []
         for action in actions:
             if isinstance(action, ev.SendBatch):
-                json.dumps(action.batch.model_dump(mode="json"))
+                json.dumps([task_args(action.batch), {}, {}])  # Celery's message body
                 refs = [item.ref for item in action.batch.items]
                 completions.append(Completion(batch_id=action.batch.batch_id, done=refs))
                 sent += 1

@@ -17,6 +17,8 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -184,14 +186,16 @@ class Request(_Message):
         """The record as JSON without its signature: what a signature covers."""
         return self.model_dump_json(exclude={"signature"})
 
-    @model_validator(mode="before")
+    @field_validator("params", mode="before")
     @classmethod
-    def _params_of_task(cls, data: Any) -> Any:
-        """``params`` are read as the task's own kind (both accept ``{}``)."""
-        if isinstance(data, dict) and isinstance(data.get("params"), dict):
-            kind = PARAMS.get(str(data.get("task", "embed")), EmbedParams)
-            return {**data, "params": kind.model_validate(data["params"])}
-        return data
+    def _params_of_task(cls, value: Any, info: ValidationInfo) -> Any:
+        """``params`` are read as the task's own kind (both accept ``{}``). A field
+        validator, not the model's: the rest of the record is parsed from JSON in Rust
+        (``task`` comes before ``params``, so it is read already)."""
+        if isinstance(value, dict):
+            kind = PARAMS.get(str(info.data.get("task", "embed")), EmbedParams)
+            return kind.model_validate(value)
+        return value
 
     @model_validator(mode="after")
     def _params_match_task(self) -> Self:

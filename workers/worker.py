@@ -41,7 +41,7 @@ from headrace.workers.handoff_desk import Desk
 from headrace.workers.ledger import RedisLedger
 from headrace.workers.shadow import run_shadow
 from headrace.workers.stall_watch import watch_model
-from headrace.workers.tasks import TASK_NAME
+from headrace.workers.tasks import TASK_NAME, batch_of
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     )
 
     @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
-    def run_batch_task(task: Task, payload: dict[str, Any]) -> None:
-        batch = Batch.model_validate(payload)
+    def run_batch_task(task: Task, payload: str | dict[str, Any]) -> None:
+        batch = batch_of(payload)
         if desk is not None:
             desk.task_started()
         try:

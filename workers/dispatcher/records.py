@@ -151,10 +151,8 @@ class RecordsIn:
     def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:
         """A record the core raised on: dead-lettered (``internal``), answered where it names
         a reply topic and a request id, and the rest of the poll goes on."""
-        # built without validation (here once per record): the broker's own fields
-        ref = RecordRef.model_construct(
-            topic=record.topic, partition=record.partition, offset=record.offset
-        )
+        # validated: pydantic-core's constructor is twice as fast as model_construct's Python
+        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
         self.flights.tracker.track(record.tp, ref.offset)
         why = Rejection(ErrorCode.internal, f"the dispatcher failed on it: {type(exc).__name__}")
         parsed = parse_request(record.value, self.config.max_request_bytes)
@@ -185,10 +183,8 @@ class RecordsIn:
         out: list[ev.Action],
         answered: frozenset[ev.RequestKey],
     ) -> None:
-        # built without validation (here once per record): the broker's own fields
-        ref = RecordRef.model_construct(
-            topic=record.topic, partition=record.partition, offset=record.offset
-        )
+        # validated: pydantic-core's constructor is twice as fast as model_construct's Python
+        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
         self.flights.tracker.track(record.tp, ref.offset)
         self.stats.records += 1
         if isinstance(parsed, Request) and not self.topics.is_reply_topic(parsed.reply_to):
@@ -287,9 +283,8 @@ class RecordsIn:
             self.stats.duplicates += 1
             self.observer.record("duplicate")
             return
-        item = BatchItem.model_construct(  # of parts already checked: not validated again
-            request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent
-        )
+        # its request and ref are taken as they are (instances are not validated again)
+        item = BatchItem(request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent)
         lane = self.lane_of_topic[ref.topic]
         self.quotas.admitted(request.tenant, tokens, lane, wall_time)
         pending = Pending(item, tokens, lane=lane)

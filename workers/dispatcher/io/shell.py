@@ -64,6 +64,7 @@ from headrace.workers.dispatcher.events import (
 from headrace.workers.dispatcher.intake import request_key
 from headrace.workers.dispatcher.io.answers import Answerer
 from headrace.workers.dispatcher.io.cache_rung import CacheRung
+from headrace.workers.dispatcher.io.collector import tune_collector
 from headrace.workers.dispatcher.io.control import ControlReader
 from headrace.workers.dispatcher.io.lag import export_lag, publish_backlog
 from headrace.workers.dispatcher.io.loop_watch import LoopWatch, LoopWatcher
@@ -164,6 +165,7 @@ class Dispatcher:
     def run(self, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
         self.open()
+        tune_collector()  # after opening: what the process holds from now on is not walked
         log.info(
             "dispatcher %s consuming %d bucket topics", self.dispatcher_id, len(self.core.batchers)
         )
