@@ -3,6 +3,7 @@ the batch in the body, and headers that name the batch instead of repeating its 
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -11,7 +12,7 @@ import redis
 
 from headrace.config.settings import Settings
 from headrace.schemas.messages import Batch, BatchItem, RecordRef, Request
-from headrace.workers.tasks import TASK_NAME, batch_sender
+from headrace.workers.tasks import TASK_NAME, batch_of, batch_sender
 
 
 def test_a_batch_goes_out_as_json_whose_headers_name_it_without_its_texts() -> None:
@@ -44,3 +45,10 @@ def test_a_batch_goes_out_as_json_whose_headers_name_it_without_its_texts() -> N
     assert message["headers"]["argsrepr"] == "batch b-1"
     assert "secret" not in json.dumps(message["headers"])
     assert "secret" not in json.dumps(message["properties"])
+    # the body: [args, kwargs, embed], the one argument the batch as a JSON string, which the
+    # worker reads back whole; a batch sent as an object (older dispatchers) reads the same
+    body = json.loads(base64.b64decode(message["body"]))
+    (payload,), kwargs, _ = body
+    assert isinstance(payload, str) and kwargs == {}
+    assert batch_of(payload) == batch
+    assert batch_of(batch.model_dump(mode="json")) == batch
