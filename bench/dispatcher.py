@@ -9,7 +9,14 @@ Printed: requests/s end to end, and microseconds per request for the whole pass 
 apart over the same records, for parsing, for token counting and for the tasks' JSON (the
 rest: admission, batching, bookkeeping).
 
-    ./dev bench-dispatcher [--requests 20000] [--poll 500]
+With ``--stack``, the same again through the real services (the local stack, started if it
+is not running): the records produced to the bucket topics first, then read by the
+transport's reader as the dispatcher's is (polls of ``--poll``, commits), and each batch sent
+through Celery to its queue on Redis (then completed at once; the queues are deleted after).
+Printed: requests/s the loop sustains from a backlog, and CPU microseconds a request (every
+thread of this process: kafka-python's IO thread too).
+
+    ./dev bench-dispatcher [--requests 20000] [--poll 500] [--stack]
 """
 
 from __future__ import annotations
@@ -17,18 +24,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from headrace.config.settings import Settings
+from headrace.connections import redis_client
 from headrace.models.registry import model_spec
 from headrace.models.tokenizer import count_with, tokenizer_for
+from headrace.ops.localstack import LocalStack
 from headrace.ops.sample_texts import long_tail_texts
 from headrace.schemas.buckets import bucket_for
 from headrace.schemas.messages import Completion, Request
 from headrace.schemas.params import EmbedParams
 from headrace.schemas.topics import Topics
+from headrace.transport import open_transport
 from headrace.transport.base import Partition, Record
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
@@ -36,22 +47,26 @@ from headrace.workers.dispatcher.core import DispatcherCore
 from headrace.workers.dispatcher.intake import parse_request
 from headrace.workers.dispatcher.io.collector import tune_collector
 from headrace.workers.dispatcher.io.metrics import PrometheusObserver
-from headrace.workers.tasks import task_args
+from headrace.workers.tasks import batch_sender, task_args
 
 PARTITIONS = 2
 
 
 @dataclass
-class Figures:
+class Rate:
     requests: int
     batches: int
     seconds: float
-    parse_us: float
-    count_us: float
 
     @property
     def per_s(self) -> float:
         return self.requests / self.seconds
+
+
+@dataclass
+class Figures(Rate):
+    parse_us: float
+    count_us: float
 
     @property
     def total_us(self) -> float:
@@ -93,50 +108,75 @@ def polls(records: list[Record], size: int) -> list[dict[Partition, list[Record]
     return out
 
 
-def run(settings: Settings, requests: int, poll: int) -> Figures:
-    tune_collector()  # as the dispatcher process does once it has started (the records made
-    # below stand for the broker's and are walked by the collector as a poll's would be)
-    tokenizer = tokenizer_for(settings.model)
-    spec = model_spec(settings.model)
-    config = CoreConfig.from_settings(settings, {settings.model: spec.max_tokens}, "bench")
-    core = DispatcherCore(
-        config,
-        time.monotonic,
-        observer=PrometheusObserver(),
-        count_tokens=lambda texts: count_with(tokenizer, texts),
-    )
-    seen = ev.WorkersSeen({b: frozenset({"w"}) for b in settings.buckets})
-    records = records_of(settings, requests)
-    passes = polls(records, poll)
-    sent = answered = 0
-    busy = 0.0  # seconds spent in the dispatcher's work (not in the waits for due batches)
+@dataclass
+class StackFigures(Rate):  # seconds: wall, from the first poll to the last completion
+    cpu_seconds: float  # this process's, every thread
+    queues: frozenset[str]  # the Celery queues its batches went to (deleted after)
 
-    def complete(actions: list[ev.Action]) -> None:
-        """Each batch sent: its task's JSON made as Celery would, then completed."""
-        nonlocal sent, answered
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu_seconds / self.requests * 1e6
+
+
+class Rig:
+    """A dispatcher core as the shell drives it, whose batches leave through ``send`` and are
+    completed at once (every bucket has a live worker)."""
+
+    def __init__(self, settings: Settings, send: Callable[[ev.SendBatch], object]) -> None:
+        self.tokenizer = tokenizer_for(settings.model)
+        spec = model_spec(settings.model)
+        self.config = CoreConfig.from_settings(settings, {settings.model: spec.max_tokens}, "b")
+        self.core = DispatcherCore(
+            self.config,
+            time.monotonic,
+            observer=PrometheusObserver(),
+            count_tokens=lambda texts: count_with(self.tokenizer, texts),
+        )
+        self.seen = ev.WorkersSeen({b: frozenset({"w"}) for b in settings.buckets})
+        self.send = send
+        self.sent = self.answered = 0
+
+    def read(self, polled: dict[Partition, list[Record]]) -> list[ev.Action]:
+        """A poll's records handed to the core, then a tick; its batches sent and completed."""
+        self.core.handle(self.seen)  # heartbeats (the shell's housekeeping)
+        actions = self.core.handle(ev.RecordsRead(polled, time.time(), frozenset()))
+        return self.complete(actions + self.core.handle(ev.Tick()))
+
+    def tick(self) -> list[ev.Action]:
+        self.core.handle(self.seen)
+        return self.complete(self.core.handle(ev.Tick()))
+
+    def complete(self, actions: list[ev.Action]) -> list[ev.Action]:
         completions = []
         for action in actions:
             if isinstance(action, ev.SendBatch):
-                json.dumps([task_args(action.batch), {}, {}])  # Celery's message body
+                self.send(action)
                 refs = [item.ref for item in action.batch.items]
                 completions.append(Completion(batch_id=action.batch.batch_id, done=refs))
-                sent += 1
-                answered += len(refs)
-        core.handle(ev.CompletionsRead(completions))
+                self.sent += 1
+                self.answered += len(refs)
+        return actions + self.core.handle(ev.CompletionsRead(completions))
 
-    for polled in passes:
-        core.handle(seen)  # heartbeats (the shell's housekeeping): every bucket has a worker
+
+def run(settings: Settings, requests: int, poll: int) -> Figures:
+    tune_collector()  # as the dispatcher process does once it has started (the records made
+    # below stand for the broker's and are walked by the collector as a poll's would be)
+    # each batch's task made as Celery's message body, not sent
+    rig = Rig(settings, lambda action: json.dumps([task_args(action.batch), {}, {}]))
+    config, tokenizer = rig.config, rig.tokenizer
+    records = records_of(settings, requests)
+    busy = 0.0  # seconds spent in the dispatcher's work (not in the waits for due batches)
+    for polled in polls(records, poll):
         began = time.perf_counter()
-        actions = core.handle(ev.RecordsRead(polled, time.time(), frozenset()))
-        complete(actions + core.handle(ev.Tick()))
+        rig.read(polled)
         busy += time.perf_counter() - began
     deadline = time.monotonic() + 10
-    while answered < requests and time.monotonic() < deadline:  # the last open batches
+    while rig.answered < requests and time.monotonic() < deadline:  # the last open batches
         time.sleep(config.max_wait_ms / 1000)  # once their wait is over
-        core.handle(seen)
         began = time.perf_counter()
-        complete(core.handle(ev.Tick()))
+        rig.tick()
         busy += time.perf_counter() - began
+    sent, answered = rig.sent, rig.answered
     limit = config.max_request_bytes
     parsed = [parse_request(r.value, limit) for r in records]
     inputs = [p.input for p in parsed if isinstance(p, Request)]
@@ -157,6 +197,48 @@ def run(settings: Settings, requests: int, poll: int) -> Figures:
     )
 
 
+def run_stack(settings: Settings, requests: int, poll: int) -> StackFigures:
+    """The pass through the real services: records produced first (a backlog), read by the
+    transport's reader, batches sent through Celery to Redis, offsets committed."""
+    tune_collector()
+    settings = settings.model_copy(update={"topic_prefix": f"bench-disp-{uuid.uuid4().hex[:6]}"})
+    records = records_of(settings, requests)
+    topics = sorted({r.topic for r in records})
+    transport = open_transport(settings)
+    transport.ensure_topics(topics, partitions=PARTITIONS)
+    writer = transport.writer(60.0)
+    for record in records:
+        writer.send(record.topic, record.value, record.key)
+    writer.flush()
+    writer.close()
+    celery_send = batch_sender(settings)
+    queues: set[str] = set()
+
+    def send(action: ev.SendBatch) -> None:
+        celery_send(action.batch, action.queue)
+        queues.add(action.queue)
+
+    rig = Rig(settings, send)
+    reader = transport.reader(f"{settings.topic_prefix}.dispatcher", max_poll_records=poll)
+    reader.assign(topics, start="beginning")
+    try:
+        began, cpu = time.perf_counter(), time.process_time()
+        deadline = time.monotonic() + 120
+        while rig.answered < requests and time.monotonic() < deadline:
+            polled = reader.poll(rig.core.poll_timeout_ms())
+            actions = rig.read(polled) if polled else rig.tick()
+            for action in actions:
+                if isinstance(action, ev.Commit):
+                    reader.commit(action.offsets, sync=action.sync)
+        seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu
+    finally:
+        reader.close()
+        transport.close()
+        if queues:
+            redis_client(settings).delete(*queues)
+    return StackFigures(rig.answered, rig.sent, seconds, cpu_seconds, frozenset(queues))
+
+
 def _per_request(requests: int, work: Callable[[], object]) -> float:
     """Microseconds per request that ``work`` takes."""
     began = time.perf_counter()
@@ -164,12 +246,23 @@ def _per_request(requests: int, work: Callable[[], object]) -> float:
     return (time.perf_counter() - began) / requests * 1e6
 
 
-def main(argv: list[str] | None = None) -> Figures:
+def main(argv: list[str] | None = None) -> Figures | StackFigures:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--poll", type=int, default=500)
+    parser.add_argument("--stack", action="store_true", help="through Kafka, Celery and Redis")
     args = parser.parse_args(argv)
     settings = Settings()
+    if args.stack:
+        with LocalStack(settings).while_needed():
+            through = run_stack(settings, args.requests, args.poll)
+        print(
+            f"dispatcher through the stack, {through.requests} requests in {through.batches} "
+            f"batches (polls of {args.poll}, model {settings.model}):\n"
+            f"  {through.per_s:,.0f} requests/s from a backlog; {through.cpu_us:.1f} us of CPU a "
+            f"request (read from Kafka, the core, sent by Celery, committed)"
+        )
+        return through
     figures = run(settings, args.requests, args.poll)
     rest = figures.total_us - figures.parse_us - figures.count_us
     print(

@@ -1,11 +1,14 @@
-"""The dispatcher bench runs its core end to end on a few requests: every request leaves in
-a batch once, and the figures it prints are there (their size is the bench's business)."""
+"""The dispatcher bench runs its core end to end on a few requests, alone and through the
+stack: every request leaves in a batch once, and the figures it prints are there (their size
+is the bench's business)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.dispatcher import main
+from bench.dispatcher import StackFigures, main
+from headrace.config.settings import Settings
+from headrace.connections import redis_client
 
 
 def test_every_request_leaves_in_a_batch_once_and_the_figures_are_printed(
@@ -16,3 +19,17 @@ def test_every_request_leaves_in_a_batch_once_and_the_figures_are_printed(
     assert figures.per_s > 0 and figures.parse_us > 0 and figures.count_us > 0
     out = capsys.readouterr().out
     assert "requests/s" in out and "parse" in out and "count" in out
+
+
+def test_through_the_stack_every_request_is_read_sent_and_its_queues_deleted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--stack``: the records are read from Kafka and the batches sent through Celery to
+    Redis (the local stack's, as every test's), and the Celery queues it filled are gone."""
+    figures = main(["--requests", "300", "--poll", "100", "--stack"])
+    assert isinstance(figures, StackFigures)
+    assert figures.requests == 300 and 0 < figures.batches <= 300
+    assert figures.per_s > 0 and figures.cpu_us > 0
+    out = capsys.readouterr().out
+    assert "through the stack" in out and "us of CPU a request" in out
+    assert figures.queues and redis_client(Settings()).exists(*figures.queues) == 0
