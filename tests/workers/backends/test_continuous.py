@@ -156,10 +156,12 @@ def test_a_short_request_arriving_during_a_long_one_finishes_first(
     decoder = _decoder(continuous)
     [long_item, short_item] = _prompts(continuous, 2)
     started = decoder.steps
+    asked_at: dict[str, int] = {}
     finished_at: dict[str, int] = {}
     out: dict[str, Generated] = {}
 
     def run(name: str, item: EncodedItem, max_tokens: int) -> None:
+        asked_at[name] = decoder.steps
         [out[name]] = continuous.generate([item], [GenerateParams(max_tokens=max_tokens)])
         finished_at[name] = decoder.steps
 
@@ -172,7 +174,9 @@ def test_a_short_request_arriving_during_a_long_one_finishes_first(
     assert out["long"].completion_tokens == LONG, "the test model must not stop early here"
     assert out["short"].completion_tokens == SHORT
     assert finished_at["short"] < finished_at["long"]
-    assert finished_at["short"] - started <= 5 + SHORT + 5  # it joined at once
+    # it joined at once: its own steps, a join that comes every join_every steps, and a few
+    # a thread starved on a loaded machine sees pass (CI: 5 once), not the long row's 256
+    assert finished_at["short"] - asked_at["short"] <= SHORT + decoder.join_every + 12
 
 
 def test_cancel_and_deltas_stay_with_their_caller(
