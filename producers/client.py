@@ -63,10 +63,11 @@ from headrace.producers.semantic import Embedder, Lookup, SemanticCache
 from headrace.producers.submission import Submission
 from headrace.producers.tasks import TaskMixin
 from headrace.schemas.buckets import bucket_for
+from headrace.schemas.control import Control
 from headrace.schemas.errors import (
     BackpressureError,
 )
-from headrace.schemas.messages import Control, Reply, Request
+from headrace.schemas.messages import Reply, Request
 from headrace.schemas.signing import control_signature, request_signature, tenant_key
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics

@@ -8,8 +8,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from headrace.schemas.cache import Invalidation
+from headrace.schemas.dead_letters import DeadLetter
 from headrace.schemas.manifest import ModelManifest
-from headrace.schemas.messages import DeadLetter, Reply, Request, StreamDelta
+from headrace.schemas.messages import Reply, Request, StreamDelta
 
 PUBLIC_MESSAGES: dict[str, type[BaseModel]] = {
     "request": Request,

@@ -16,8 +16,9 @@ from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
+from headrace.schemas.dead_letters import DEAD_LETTER_ORIGINAL_BYTES, DeadLetter
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import DEAD_LETTER_ORIGINAL_BYTES, DeadLetter, final_reply
+from headrace.schemas.messages import final_reply
 from headrace.schemas.topics import Topics
 from headrace.transport.kafka import clients as kafka_clients
 from tests.conftest import pipeline_env, unique_prefix

@@ -20,8 +20,9 @@ from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
+from headrace.schemas.dead_letters import DeadLetter
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import DeadLetter, Request
+from headrace.schemas.messages import Request
 from headrace.schemas.topics import Topics
 from headrace.transport.kafka import clients as kafka_clients
 from headrace.workers.faults import CRASH_EXIT_CODE

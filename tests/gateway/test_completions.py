@@ -25,7 +25,7 @@ from headrace.models.register import register
 from headrace.models.registry import model_spec
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Pipeline
-from headrace.schemas.messages import Control
+from headrace.schemas.control import Control
 from headrace.schemas.topics import Topics
 from tests.conftest import pipeline_env, unique_prefix
 from tests.eventually import eventually

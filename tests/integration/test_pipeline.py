@@ -16,6 +16,7 @@ from headrace.consumers.replies import stream_replies
 from headrace.models.tokenizer import count_tokens
 from headrace.ops.processes import Pipeline
 from headrace.producers.client import Client
+from headrace.schemas.dead_letters import DeadLetter
 from headrace.schemas.errors import (
     EmptyInputError,
     ErrorCode,
@@ -23,7 +24,7 @@ from headrace.schemas.errors import (
     RequestFailedError,
     UnknownModelError,
 )
-from headrace.schemas.messages import DeadLetter, Reply, Request
+from headrace.schemas.messages import Reply, Request
 from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
 from headrace.transport.kafka import clients as kafka_clients

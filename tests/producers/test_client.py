@@ -13,8 +13,9 @@ from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.producers.client import Client, record_key
 from headrace.producers.config import ClientConfig
+from headrace.schemas.control import Control
 from headrace.schemas.errors import BackpressureError, InvalidRequestError, ReplyTimeoutError
-from headrace.schemas.messages import CacheDirective, Control, EmbeddingResult, Reply, Request
+from headrace.schemas.messages import CacheDirective, EmbeddingResult, Reply, Request
 from headrace.schemas.signing import control_signature, request_signature
 from headrace.schemas.topics import Topics
 from headrace.transport import BROKER_GUARANTEES

@@ -18,12 +18,12 @@ from typing import Literal
 
 from headrace.limits.policy import TenantLimits, TenantUsage
 from headrace.models.traffic import TrafficPolicy
+from headrace.schemas.dead_letters import DeadLetter
 from headrace.schemas.errors import ErrorInfo
 from headrace.schemas.messages import (
     Batch,
     CacheTier,
     Completion,
-    DeadLetter,
     Degraded,
     RecordRef,
     Request,

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from headrace.schemas.dead_letters import DeadLetter
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import (
-    DeadLetter,
     Degraded,
     RecordRef,
     Request,

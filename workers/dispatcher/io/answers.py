@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from headrace.connections import REDIS_ERRORS
+from headrace.schemas.dead_letters import DeadLetter
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import DeadLetter, RecordRef, Reply
+from headrace.schemas.messages import RecordRef, Reply
 from headrace.schemas.topics import Topics
 from headrace.transport.base import DeliveryError, Headers, TransportError, Writer
 from headrace.workers.dispatcher.events import Answer, Forward, RequestKey

@@ -13,7 +13,7 @@ import logging
 from pydantic import ValidationError
 
 from headrace.config.settings import Settings
-from headrace.schemas.messages import Control
+from headrace.schemas.control import Control
 from headrace.schemas.topics import Topics
 from headrace.transport.base import Partition, Transport
 

@@ -23,7 +23,8 @@ from headrace.health.ready import announce_ready
 from headrace.limits.store import LimitsStore
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
-from headrace.schemas.messages import Batch, Control
+from headrace.schemas.control import Control
+from headrace.schemas.messages import Batch
 from headrace.schemas.signing import KeyFolder, control_signature, signed_by
 from headrace.transport import Partition, Record, Transport, open_transport
 from headrace.transport.known_topics import KnownTopics

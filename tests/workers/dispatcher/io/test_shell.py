@@ -17,12 +17,12 @@ import redis
 from prometheus_client import REGISTRY
 
 from headrace.config.settings import Settings
+from headrace.schemas.control import Control
+from headrace.schemas.dead_letters import DeadLetter
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import (
     Batch,
     Completion,
-    Control,
-    DeadLetter,
     EmbeddingResult,
     Reply,
     Request,
