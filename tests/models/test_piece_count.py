@@ -130,6 +130,19 @@ def test_a_flood_of_new_pieces_starts_the_memory_over(monkeypatch: pytest.Monkey
     assert counter.count(texts) == exact(tokenizer, texts)
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_long_pieces_are_counted_and_not_kept(model: str) -> None:
+    """A text of one enormous word (hostile input) is counted right every time, but the
+    counter does not keep it: its memory is bounded by pieces and by their length."""
+    tokenizer = tokenizer_for(model)
+    counter = piece_counter(tokenizer)
+    assert counter is not None
+    texts = ["x" * 100_000, "a " + "yz" * 40 + " b"]
+    assert counter.count(texts) == exact(tokenizer, texts)
+    assert counter.count(texts) == exact(tokenizer, texts)
+    assert max(map(len, counter._seen)) <= piece_count.LONGEST_KEPT
+
+
 def test_a_tokenizer_of_another_shape_gets_none() -> None:
     """A byte-level BPE that adds a prefix space splits differently: no piece counter, and
     count_with still counts right through the full encode."""

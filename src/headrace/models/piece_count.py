@@ -32,6 +32,7 @@ _GPT2 = re.compile(
     r"|[ \t\n\r]+(?![^ \t\n\r])|[ \t\n\r]+"
 )
 PIECES_KEPT = 100_000  # the pieces a counter remembers (a flood of new ones starts it over)
+LONGEST_KEPT = 48  # characters of the longest piece remembered (longer ones: counted anew)
 
 
 class PieceCounter:
@@ -70,10 +71,13 @@ class PieceCounter:
             found = dict(zip(new, self._encoded_lengths(new, specials=False), strict=True))
             for k, pieces in unseen:
                 counts[k] = self._special + sum(found[p] if p in found else seen[p] for p in pieces)
-            if len(seen) + len(found) > PIECES_KEPT:
-                self._seen = dict(islice(found.items(), PIECES_KEPT))
+            # a hostile text's pieces (a megabyte without a space) are not kept: the memory
+            # holds at most PIECES_KEPT pieces of at most LONGEST_KEPT characters
+            kept = {p: n for p, n in found.items() if len(p) <= LONGEST_KEPT}
+            if len(seen) + len(kept) > PIECES_KEPT:
+                self._seen = dict(islice(kept.items(), PIECES_KEPT))
             else:
-                seen.update(found)
+                seen.update(kept)
         if whole:
             lengths = self._encoded_lengths([texts[k] for k in whole], specials=True)
             for k, n in zip(whole, lengths, strict=True):
