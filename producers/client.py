@@ -54,6 +54,7 @@ from headrace.health.tracing import headers_of, submitting
 from headrace.limits.gate import Gate
 from headrace.models.registry import serving_version
 from headrace.producers.building import RequestBuilding
+from headrace.producers.cancelling import CancelMixin
 from headrace.producers.config import ClientConfig
 from headrace.producers.generation import GenerationMixin
 from headrace.producers.inputs import Given
@@ -63,12 +64,11 @@ from headrace.producers.semantic import Embedder, Lookup, SemanticCache
 from headrace.producers.submission import Submission
 from headrace.producers.tasks import TaskMixin
 from headrace.schemas.buckets import bucket_for
-from headrace.schemas.control import Control
 from headrace.schemas.errors import (
     BackpressureError,
 )
 from headrace.schemas.messages import Reply, Request
-from headrace.schemas.signing import control_signature, request_signature, tenant_key
+from headrace.schemas.signing import request_signature, tenant_key
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport import Transport, open_transport
@@ -78,7 +78,7 @@ from headrace.usage.meter import Totals, UsageMeter
 log = logging.getLogger(__name__)
 
 
-class Client(RequestBuilding, TaskMixin, GenerationMixin):
+class Client(RequestBuilding, TaskMixin, GenerationMixin, CancelMixin):
     def __init__(
         self,
         settings: Settings,
@@ -318,45 +318,6 @@ class Client(RequestBuilding, TaskMixin, GenerationMixin):
     def submit(self, text: str, *, request_id: str | None = None, **options: object) -> Submission:
         ids = [request_id] if request_id is not None else None
         return self.submit_many([text], request_ids=ids, **options)[0]
-
-    def cancel(self, request_id: str, *, tenant: str | None = None) -> None:
-        """Ask the pipeline to cancel a request. Not yet computed: it is not computed and its
-        reply is the error ``cancelled``. Computing right now: it finishes, but the reply is
-        still ``cancelled``. Already answered: nothing changes."""
-        self.cancel_many([request_id], tenant=tenant)
-
-    def cancel_many(self, request_ids: Sequence[str], *, tenant: str | None = None) -> None:
-        """``cancel`` for each of ``request_ids``, acknowledged by the broker together."""
-        with self._produce_lock:
-            for request_id in request_ids:
-                control = Control(
-                    action="cancel", tenant=tenant or self.tenant, request_id=request_id
-                )
-                if self._key is not None and control.tenant == self.tenant:
-                    signature = control_signature(
-                        self._key, control.action, control.tenant, request_id
-                    )
-                    control = control.model_copy(update={"signature": signature})
-                self._producer.send(
-                    self.topics.control,
-                    control.model_dump_json().encode(),
-                    key=request_id.encode(),
-                )
-            self._producer.flush()
-
-    def abandon(self, request_ids: Sequence[str]) -> None:
-        """Requests whose caller stopped waiting (a timeout, a stream's reader gone): their
-        replies are no longer awaited, their places under ``client_max_pending`` are free
-        again, and the pipeline is asked to cancel them (what was not computed is not)."""
-        if self._listener is not None:
-            for request_id in request_ids:
-                future = self._listener.forget(self.tenant, request_id)
-                if future is not None:
-                    future.cancel()  # its done callback frees the slot, ends its resends
-        try:
-            self.cancel_many(request_ids)
-        except Exception:  # the control topic unreachable: the replies come and are dropped
-            log.warning("could not cancel %d abandoned requests", len(request_ids), exc_info=True)
 
     def _take_slot(self) -> None:
         c = self.config
