@@ -151,9 +151,7 @@ class RecordsIn:
     def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:
         """A record the core raised on: dead-lettered (``internal``), answered where it names
         a reply topic and a request id, and the rest of the poll goes on."""
-        # validated: pydantic-core's constructor is twice as fast as model_construct's Python
-        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
-        self.flights.tracker.track(record.tp, ref.offset)
+        ref = self._tracked(record)
         why = Rejection(ErrorCode.internal, f"the dispatcher failed on it: {type(exc).__name__}")
         parsed = parse_request(record.value, self.config.max_request_bytes)
         if isinstance(parsed, Request):
@@ -161,6 +159,14 @@ class RecordsIn:
             why = replace(why, tenant=parsed.tenant, model=parsed.model)
         self.stats.malformed += 1
         out.append(self.refusals.malformed(record.value, ref, why))
+
+    def _tracked(self, record: Record) -> RecordRef:
+        """The record's reference, its offset tracked (answered or not, it must be done
+        before its partition's offsets move past it)."""
+        # validated: pydantic-core's constructor is twice as fast as model_construct's Python
+        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
+        self.flights.tracker.track(record.tp, ref.offset)
+        return ref
 
     def _skipped(
         self, partition: Partition, records: Sequence[Record], out: list[ev.Action]
@@ -183,9 +189,7 @@ class RecordsIn:
         out: list[ev.Action],
         answered: frozenset[ev.RequestKey],
     ) -> None:
-        # validated: pydantic-core's constructor is twice as fast as model_construct's Python
-        ref = RecordRef(topic=record.topic, partition=record.partition, offset=record.offset)
-        self.flights.tracker.track(record.tp, ref.offset)
+        ref = self._tracked(record)
         self.stats.records += 1
         if isinstance(parsed, Request) and not self.topics.is_reply_topic(parsed.reply_to):
             message = f"reply_to {parsed.reply_to!r} is not a reply topic of this pipeline"

@@ -68,7 +68,9 @@ class PieceCounter:
                 counts.append(0)
         if unseen:
             new = list({p for _, pieces in unseen for p in pieces if p not in seen})
-            found = dict(zip(new, self._encoded_lengths(new, specials=False), strict=True))
+            found = dict(
+                zip(new, encoded_lengths(self._tokenizer, new, specials=False), strict=True)
+            )
             for k, pieces in unseen:
                 counts[k] = self._special + sum(found[p] if p in found else seen[p] for p in pieces)
             # a hostile text's pieces (a megabyte without a space) are not kept: the memory
@@ -79,14 +81,17 @@ class PieceCounter:
             else:
                 seen.update(kept)
         if whole:
-            lengths = self._encoded_lengths([texts[k] for k in whole], specials=True)
+            lengths = encoded_lengths(self._tokenizer, [texts[k] for k in whole])
             for k, n in zip(whole, lengths, strict=True):
                 counts[k] = n
         return counts
 
-    def _encoded_lengths(self, texts: list[str], specials: bool) -> list[int]:
-        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
-        return [len(e.ids) for e in encode(texts, add_special_tokens=specials)]
+
+def encoded_lengths(tokenizer: Tokenizer, texts: Sequence[str], specials: bool = True) -> list[int]:
+    """Tokens per text by the tokenizer's full encode, without offsets (``encode_batch_fast``,
+    tokenizers >= 0.21: counting needs none)."""
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    return [len(e.ids) for e in encode(list(texts), add_special_tokens=specials)]
 
 
 def piece_counter(tokenizer: Tokenizer) -> PieceCounter | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
-from headrace.models.piece_count import PieceCounter, piece_counter
+from headrace.models.piece_count import PieceCounter, encoded_lengths, piece_counter
 
 if TYPE_CHECKING:
     from headrace.config.settings import Settings
@@ -64,14 +64,12 @@ def special_frame(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
 
 def count_with(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
     """Tokens per text, special tokens included (what the model will see): by pieces where
-    the tokenizer's split is known (``models/piece_count.py``, a quarter of a full encode's
-    cost), else by a full encode without offsets (``encode_batch_fast``, tokenizers >= 0.21:
-    counting needs none)."""
+    the tokenizer's split is known (``models/piece_count.py``, a sixth of a full encode's
+    cost), else by a full encode."""
     counter = _piece_counter(tokenizer)
     if counter is not None:
         return counter.count(texts)
-    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-    return [len(e.ids) for e in encode(list(texts))]
+    return encoded_lengths(tokenizer, texts)
 
 
 @lru_cache(maxsize=32)
