@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from headrace.config.settings import Settings
-from headrace.health.reach import explain, require
+from headrace.health.reach import explain, require, settings_reaching
 from headrace.jobs.cli import batch
 from headrace.ops.buckets_cli import buckets
+from headrace.ops.cache_cli import cache
 from headrace.ops.dev_cli import dev
 from headrace.ops.limits_cli import limits
 from headrace.ops.models_cli import models
@@ -32,7 +33,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold secrets
 )
 schema = typer.Typer(help="Wire contracts.")
-cache = typer.Typer(help="The tiered result cache.")
 app.add_typer(dev, name="dev")
 app.add_typer(schema, name="schema")
 app.add_typer(cache, name="cache")
@@ -79,13 +79,6 @@ def _quiet_settings() -> Settings:
         return Settings.model_construct()
 
 
-def _needs(*services: str) -> Settings:
-    """The settings, once every one of ``services`` answered (else ServiceUnreachable)."""
-    settings = Settings()
-    require(settings, *services)
-    return settings
-
-
 def _logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -127,7 +120,7 @@ def dispatcher(log_level: str = "INFO", metrics_port: int | None = MetricsPort) 
     from headrace.workers.dispatcher.io.shell import Dispatcher
 
     _logging(log_level)
-    settings = _needs("kafka", "redis", "sql")  # sql: the model registry
+    settings = settings_reaching("kafka", "redis", "sql")  # sql: the model registry
     _serve_health(metrics_port, settings, "dispatcher")
     service = Dispatcher(settings)
     # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
@@ -211,7 +204,7 @@ def gateway(
     from headrace.gateway.gateway import create_app
     from headrace.health.tracing import configure
 
-    settings = _needs("sql", "kafka", "redis")
+    settings = settings_reaching("sql", "kafka", "redis")
     configure(settings.tracing_exporter, "headrace-gateway")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
 
@@ -236,7 +229,7 @@ def api_key_create(
     try:
         if priority not in ("interactive", "default", "sheddable"):
             _fail(f"--priority {priority!r}: one of interactive, default, sheddable")
-        store = JobStore(_needs("sql").sql_url)
+        store = JobStore(settings_reaching("sql").sql_url)
         print(store.add_api_key(tenant, label, expires, cast(Priority, priority)))
     except TenantNameError as exc:
         _fail(str(exc))
@@ -248,7 +241,7 @@ def api_key_list(tenant: str | None = typer.Option(None, help="only this tenant'
     from headrace.jobs.store import JobStore
 
     table = Table("hash", "tenant", "label", "created", "expires")
-    for k in JobStore(_needs("sql").sql_url).api_keys(tenant):
+    for k in JobStore(settings_reaching("sql").sql_url).api_keys(tenant):
         expires = k.expires_at.isoformat(timespec="seconds") if k.expires_at else "never"
         table.add_row(
             k.hash_prefix, k.tenant, k.label, k.created_at.isoformat(timespec="seconds"), expires
@@ -261,7 +254,7 @@ def api_key_revoke(key: str = typer.Argument(..., help="the key, or its hash as 
     """Revoke an API key: it names no tenant from now on."""
     from headrace.jobs.store import JobStore
 
-    if JobStore(_needs("sql").sql_url).revoke_api_key(key) != 1:
+    if JobStore(settings_reaching("sql").sql_url).revoke_api_key(key) != 1:
         _fail(f"no single API key matches {key!r} (give the key or 8+ digits of its hash)")
     print("revoked")
 
@@ -273,70 +266,9 @@ def invalidator(log_level: str = "INFO", metrics_port: int | None = MetricsPort)
     from headrace.consumers.invalidation import Invalidator
 
     _logging(log_level)
-    settings = _needs("kafka", "redis", "s3")
+    settings = settings_reaching("kafka", "redis", "s3")
     _serve_health(metrics_port, settings, "invalidator")
     Invalidator(settings).run(_stop_on_signal())
-
-
-@cache.command("stats")
-def cache_stats() -> None:
-    """Entries in L2 and L3, and the counters the cache keeps in Redis."""
-    from headrace.cache.store import open_cache
-
-    store = open_cache(_needs("redis", "s3"), l1=False)
-    table = Table("figure", "value")
-    table.add_row("L2 entries (Redis)", str(store.l2.entry_count()))
-    if store.l3 is not None:
-        objects, size = store.l3.usage()
-        table.add_row("L3 objects (S3)", str(objects))
-        table.add_row("L3 bytes (zstd)", str(size))
-    for name, value in store.l2.stats().items():
-        table.add_row(name, str(value))
-    console.print(table)
-
-
-@cache.command("invalidate")
-def cache_invalidate(
-    tenant: str = typer.Option(None, help="the tenant whose entries to invalidate"),
-    tag: list[str] = typer.Option([], help="a tag of that tenant (repeatable)"),
-    key: list[str] = typer.Option([], help="an entry key of that tenant (repeatable)"),
-    all_of_tenant: bool = typer.Option(False, help="every entry of the tenant"),
-    model: str = typer.Option(None, help="with --model-version: every entry of that version"),
-    model_version: str = typer.Option(None),
-) -> None:
-    """Send an invalidation to <prefix>.invalidate (applied by `headrace invalidator`)."""
-    from pydantic import ValidationError
-
-    from headrace.schemas.cache import Invalidation
-    from headrace.schemas.signing import invalidation_signature, tenant_key
-    from headrace.schemas.topics import Topics
-    from headrace.transport import open_transport
-
-    try:
-        record = Invalidation(
-            tenant=tenant,
-            tags=tag,
-            keys=key,
-            all_of_tenant=all_of_tenant,
-            model=model,
-            model_version=model_version,
-        )
-    except ValidationError as exc:
-        console.print(f"[red]invalid invalidation:[/red] {exc.errors()[0]['msg']}")
-        raise typer.Exit(2) from exc
-    settings = _needs("kafka")
-    signing = tenant_key(settings.tenant_keys_dir, tenant or "")
-    if signing is not None:  # the tenant signs its records: so does this one
-        signature = invalidation_signature(signing, record.signable())
-        record = record.model_copy(update={"signature": signature})
-    topic = Topics(settings.topic_prefix).invalidate
-    transport = open_transport(settings)
-    transport.ensure_topics([topic], partitions=1)
-    writer = transport.writer(delivery_timeout_s=30)
-    writer.send(topic, record.model_dump_json().encode())
-    writer.flush()
-    writer.close()
-    console.print(f"sent to {topic}: {record.model_dump_json(exclude_defaults=True)}")
 
 
 @app.command()
@@ -351,7 +283,7 @@ def embed(
     from headrace.schemas.errors import HeadraceError
 
     try:
-        with Client(_needs("kafka"), tenant=tenant) as client:
+        with Client(settings_reaching("kafka"), tenant=tenant) as client:
             for submission in client.submit_many(texts, truncate=truncate):
                 reply = submission.result(wait_s)
                 sys.stdout.write(reply.model_dump_json() + "\n")
@@ -390,7 +322,7 @@ def init() -> None:
     from headrace.schemas.topics import LANES, Topics
     from headrace.transport import open_transport
 
-    settings = _needs("kafka", "sql")
+    settings = settings_reaching("kafka", "sql")
     topics = Topics(settings.topic_prefix)
     buckets = [topics.requests(b, lane) for b in settings.buckets for lane in LANES]
     transport = open_transport(settings)
