@@ -44,6 +44,7 @@ from headrace.workers.dispatcher.records import RecordsIn
 from headrace.workers.dispatcher.recovery import Exhausted, Recovery
 from headrace.workers.dispatcher.refusals import Refusals
 from headrace.workers.dispatcher.routing import TokenCounter
+from headrace.workers.dispatcher.row_caps import row_caps
 from headrace.workers.dispatcher.versions import Versions
 from headrace.workers.dispatcher.workload import Workload
 
@@ -473,15 +474,3 @@ class DispatcherCore:
             return
         self._state_logged = now
         log.info(self.describe())
-
-
-def row_caps(
-    live: Mapping[int, frozenset[str]], plans: Mapping[str, Mapping[int, int]]
-) -> dict[int, int | None]:
-    """Per bucket, the rows a batch may hold: what the smallest memory plan among the
-    bucket's live workers says (None: no live worker has a plan for it)."""
-    caps: dict[int, int | None] = {}
-    for bucket, workers in live.items():
-        said = [plans[w][bucket] for w in workers if bucket in plans.get(w, {})]
-        caps[bucket] = max(1, min(said)) if said else None
-    return caps

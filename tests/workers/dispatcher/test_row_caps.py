@@ -4,7 +4,7 @@ rows its smallest live worker's plan allows; no plan, no cap."""
 from __future__ import annotations
 
 from headrace.workers.dispatcher import events as ev
-from headrace.workers.dispatcher.core import row_caps
+from headrace.workers.dispatcher.row_caps import row_caps
 from tests.workers.dispatcher.rig import Rig, ids, of
 
 
