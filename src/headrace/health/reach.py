@@ -118,14 +118,6 @@ def require(settings: Settings, *services: str) -> None:
         CHECKS[name](settings)
 
 
-def settings_reaching(*services: str) -> Settings:
-    """The settings, once every one of ``services`` answered (else ServiceUnreachable): what
-    a command that needs them starts with."""
-    settings = Settings()
-    require(settings, *services)
-    return settings
-
-
 def _redis_address(settings: Settings) -> str:
     from urllib.parse import urlsplit
 

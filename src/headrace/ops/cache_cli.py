@@ -6,7 +6,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headrace.health.reach import settings_reaching
+from headrace.config.settings import Settings
+from headrace.health.reach import require
 
 cache = typer.Typer(help="The tiered result cache.")
 console = Console()
@@ -17,7 +18,9 @@ def cache_stats() -> None:
     """Entries in L2 and L3, and the counters the cache keeps in Redis."""
     from headrace.cache.store import open_cache
 
-    store = open_cache(settings_reaching("redis", "s3"), l1=False)
+    settings = Settings()
+    require(settings, "redis", "s3")
+    store = open_cache(settings, l1=False)
     table = Table("figure", "value")
     table.add_row("L2 entries (Redis)", str(store.l2.entry_count()))
     if store.l3 is not None:
@@ -58,7 +61,8 @@ def cache_invalidate(
     except ValidationError as exc:
         console.print(f"[red]invalid invalidation:[/red] {exc.errors()[0]['msg']}")
         raise typer.Exit(2) from exc
-    settings = settings_reaching("kafka")
+    settings = Settings()
+    require(settings, "kafka")
     signing = tenant_key(settings.tenant_keys_dir, tenant or "")
     if signing is not None:  # the tenant signs its records: so does this one
         signature = invalidation_signature(signing, record.signable())

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headrace.config.settings import Settings
-from headrace.health.reach import explain, require, settings_reaching
+from headrace.health.reach import explain, require
 from headrace.jobs.cli import batch
 from headrace.ops.buckets_cli import buckets
 from headrace.ops.cache_cli import cache
@@ -79,6 +79,13 @@ def _quiet_settings() -> Settings:
         return Settings.model_construct()
 
 
+def _needs(*services: str) -> Settings:
+    """The settings, once every one of ``services`` answered (else ServiceUnreachable)."""
+    settings = Settings()
+    require(settings, *services)
+    return settings
+
+
 def _logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -120,7 +127,7 @@ def dispatcher(log_level: str = "INFO", metrics_port: int | None = MetricsPort) 
     from headrace.workers.dispatcher.io.shell import Dispatcher
 
     _logging(log_level)
-    settings = settings_reaching("kafka", "redis", "sql")  # sql: the model registry
+    settings = _needs("kafka", "redis", "sql")  # sql: the model registry
     _serve_health(metrics_port, settings, "dispatcher")
     service = Dispatcher(settings)
     # `kill -USR2 <pid>`: log each partition's position, high watermark and pause state
@@ -204,7 +211,7 @@ def gateway(
     from headrace.gateway.gateway import create_app
     from headrace.health.tracing import configure
 
-    settings = settings_reaching("sql", "kafka", "redis")
+    settings = _needs("sql", "kafka", "redis")
     configure(settings.tracing_exporter, "headrace-gateway")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
 
@@ -229,7 +236,7 @@ def api_key_create(
     try:
         if priority not in ("interactive", "default", "sheddable"):
             _fail(f"--priority {priority!r}: one of interactive, default, sheddable")
-        store = JobStore(settings_reaching("sql").sql_url)
+        store = JobStore(_needs("sql").sql_url)
         print(store.add_api_key(tenant, label, expires, cast(Priority, priority)))
     except TenantNameError as exc:
         _fail(str(exc))
@@ -241,7 +248,7 @@ def api_key_list(tenant: str | None = typer.Option(None, help="only this tenant'
     from headrace.jobs.store import JobStore
 
     table = Table("hash", "tenant", "label", "created", "expires")
-    for k in JobStore(settings_reaching("sql").sql_url).api_keys(tenant):
+    for k in JobStore(_needs("sql").sql_url).api_keys(tenant):
         expires = k.expires_at.isoformat(timespec="seconds") if k.expires_at else "never"
         table.add_row(
             k.hash_prefix, k.tenant, k.label, k.created_at.isoformat(timespec="seconds"), expires
@@ -254,7 +261,7 @@ def api_key_revoke(key: str = typer.Argument(..., help="the key, or its hash as 
     """Revoke an API key: it names no tenant from now on."""
     from headrace.jobs.store import JobStore
 
-    if JobStore(settings_reaching("sql").sql_url).revoke_api_key(key) != 1:
+    if JobStore(_needs("sql").sql_url).revoke_api_key(key) != 1:
         _fail(f"no single API key matches {key!r} (give the key or 8+ digits of its hash)")
     print("revoked")
 
@@ -266,7 +273,7 @@ def invalidator(log_level: str = "INFO", metrics_port: int | None = MetricsPort)
     from headrace.consumers.invalidation import Invalidator
 
     _logging(log_level)
-    settings = settings_reaching("kafka", "redis", "s3")
+    settings = _needs("kafka", "redis", "s3")
     _serve_health(metrics_port, settings, "invalidator")
     Invalidator(settings).run(_stop_on_signal())
 
@@ -283,7 +290,7 @@ def embed(
     from headrace.schemas.errors import HeadraceError
 
     try:
-        with Client(settings_reaching("kafka"), tenant=tenant) as client:
+        with Client(_needs("kafka"), tenant=tenant) as client:
             for submission in client.submit_many(texts, truncate=truncate):
                 reply = submission.result(wait_s)
                 sys.stdout.write(reply.model_dump_json() + "\n")
@@ -322,7 +329,7 @@ def init() -> None:
     from headrace.schemas.topics import LANES, Topics
     from headrace.transport import open_transport
 
-    settings = settings_reaching("kafka", "sql")
+    settings = _needs("kafka", "sql")
     topics = Topics(settings.topic_prefix)
     buckets = [topics.requests(b, lane) for b in settings.buckets for lane in LANES]
     transport = open_transport(settings)
