@@ -16,7 +16,13 @@ through Celery to its queue on Redis (then completed at once; the queues are del
 Printed: requests/s the loop sustains from a backlog, and CPU microseconds a request (every
 thread of this process: kafka-python's IO thread too).
 
+With ``--batch-tokens`` and ``--overhead-tokens``, batches of another shape than the
+settings' (``max_batch_tokens``, ``batch_overhead_tokens``): a GPU worker's batches are far
+larger than a CPU's (docs/configuration.md#on-a-gpu), and what the dispatcher spends on a
+batch (its task's JSON, the Celery send) is shared by more requests.
+
     ./dev bench-dispatcher [--requests 20000] [--poll 500] [--stack]
+        [--batch-tokens N] [--overhead-tokens N]
 """
 
 from __future__ import annotations
@@ -251,14 +257,19 @@ def main(argv: list[str] | None = None) -> Figures | StackFigures:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--poll", type=int, default=500)
     parser.add_argument("--stack", action="store_true", help="through Kafka, Celery and Redis")
+    parser.add_argument("--batch-tokens", type=int, help="max_batch_tokens (the settings')")
+    parser.add_argument("--overhead-tokens", type=int, help="batch_overhead_tokens (the settings')")
     args = parser.parse_args(argv)
     settings = Settings()
+    shape = {"max_batch_tokens": args.batch_tokens, "batch_overhead_tokens": args.overhead_tokens}
+    settings = settings.model_copy(update={k: v for k, v in shape.items() if v is not None})
+    batching = f"batches of at most {settings.max_batch_tokens:,} padded tokens"
     if args.stack:
         with LocalStack(settings).while_needed():
             through = run_stack(settings, args.requests, args.poll)
         print(
             f"dispatcher through the stack, {through.requests} requests in {through.batches} "
-            f"batches (polls of {args.poll}, model {settings.model}):\n"
+            f"batches ({batching}, polls of {args.poll}, model {settings.model}):\n"
             f"  {through.per_s:,.0f} requests/s from a backlog; {through.cpu_us:.1f} us of CPU a "
             f"request (read from Kafka, the core, sent by Celery, committed)"
         )
@@ -267,7 +278,7 @@ def main(argv: list[str] | None = None) -> Figures | StackFigures:
     rest = figures.total_us - figures.parse_us - figures.count_us
     print(
         f"dispatcher core, {figures.requests} requests in {figures.batches} batches "
-        f"(polls of {args.poll}, model {settings.model}):\n"
+        f"({batching}, polls of {args.poll}, model {settings.model}):\n"
         f"  {figures.per_s:,.0f} requests/s; {figures.total_us:.1f} us a request: "
         f"parse {figures.parse_us:.1f}, count {figures.count_us:.1f}, the rest {rest:.1f} "
         f"(admit, batch, the task's JSON, completions)"

@@ -33,3 +33,26 @@ def test_through_the_stack_every_request_is_read_sent_and_its_queues_deleted(
     out = capsys.readouterr().out
     assert "through the stack" in out and "us of CPU a request" in out
     assert figures.queues and redis_client(Settings()).exists(*figures.queues) == 0
+
+
+def test_larger_batches_share_the_dispatchers_cost_among_more_requests(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--batch-tokens`` and ``--overhead-tokens`` shape the batches as a GPU worker's
+    would be: the same requests leave in fewer batches, and the shape is printed."""
+    small = main(["--requests", "400", "--poll", "200"])
+    large = main(
+        [
+            "--requests",
+            "400",
+            "--poll",
+            "200",
+            "--batch-tokens",
+            "65536",
+            "--overhead-tokens",
+            "8192",
+        ]
+    )
+    assert small.requests == large.requests == 400
+    assert large.batches < small.batches
+    assert "at most 65,536 padded tokens" in capsys.readouterr().out
