@@ -75,6 +75,8 @@ def load_model(
     backend = loader.load(shapes)
     record_warmed(settings, spec, backend, worker_id, shapes)
     plan = memory_plan(settings, spec, backend, buckets)
+    for warning in plan.get("warnings", []):  # in the LOADED line too
+        log.warning("memory plan: %s", warning)
     buckets = take_what_fits(plan, buckets, "measured")
     admit_by_plan(backend, plan)  # a continuous decoder's rows within the KV cache's room
     loaded = health(spec, backend, worker_id, buckets) | {"plan": plan}

@@ -235,6 +235,25 @@ def plan(
     )
 
 
+# A GPU batch needs far more tokens than a CPU's to pay for its fixed cost: on an H200,
+# MiniLM embedded 64,537 useful tokens/s in batches of 4,096 padded tokens (the default, a
+# CPU's budget) against 472,082 in batches of 65,536 (docs/benchmarks.md, "On a GPU").
+GPU_BATCH_TOKENS = 65_536
+GPU_BATCH_TOKENS_FLOOR = 16_384  # below it, a GPU worker's plan warns
+
+
+def batch_budget_advice(on_cuda: bool, max_batch_tokens: int) -> str | None:
+    """A warning when a GPU worker plans with a CPU's batch budget, else None."""
+    if not on_cuda or max_batch_tokens >= GPU_BATCH_TOKENS_FLOOR:
+        return None
+    return (
+        f"max_batch_tokens {max_batch_tokens:,} is a CPU's batch budget: a GPU batch this "
+        f"small spends most of its time on its fixed cost; set HEADRACE_MAX_BATCH_TOKENS="
+        f"{GPU_BATCH_TOKENS} and HEADRACE_BATCH_OVERHEAD_TOKENS on the dispatchers too "
+        f"(docs/configuration.md#on-a-gpu)"
+    )
+
+
 CUDA_OVERHEAD_BYTES = 512 * 1024**2  # CUDA context and allocator slack
 CPU_OVERHEAD_BYTES = 256 * 1024**2  # the interpreter, torch and the tokenizer
 
@@ -292,7 +311,7 @@ def plan_model(
             activation_bytes_per_token=memory["peak_bytes_per_token"],
             reserved_bytes=memory.get("reserved_bytes", 0),
         )
-    return name, plan(
+    planned = plan(
         shape,
         total,
         buckets=buckets,
@@ -305,3 +324,7 @@ def plan_model(
         max_new_tokens=max_new_tokens if shape.kv_heads else 0,
         measured=measured,
     )
+    advice = batch_budget_advice(on_cuda, max_batch_tokens)
+    if advice is not None:
+        planned.warnings.append(advice)
+    return name, planned

@@ -8,7 +8,15 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from headrace.workers.memory_plan import GIB, Measured, ModelShape, plan, safetensors_size
+from headrace.workers.memory_plan import (
+    GIB,
+    GPU_BATCH_TOKENS,
+    Measured,
+    ModelShape,
+    batch_budget_advice,
+    plan,
+    safetensors_size,
+)
 
 # Llama-2-7B's shape: 32 layers, 32 heads of 128, fp16.
 LLAMA_7B = {
@@ -171,3 +179,14 @@ def test_the_test_model_planned_on_this_machine(tmp_path: Path) -> None:
     assert p.kv_bytes_per_token == 2 * 2 * 4 * 16 * 4  # 2 layers, 4 heads of 16, fp32
     assert p.sequence_tokens == tiny_lm.MAX_POSITIONS  # 512 + 256 capped at the context
     assert p.bucket_rows[512] == 4096 // 512 and not p.measured
+    assert p.warnings == []  # a CPU's budget on a CPU: no advice
+
+
+def test_a_gpu_planned_with_a_cpus_batch_budget_is_warned() -> None:
+    """The default budget (4,096 padded tokens) on CUDA: the plan says what to set; a GPU's
+    budget, or any budget on a CPU, says nothing."""
+    advice = batch_budget_advice(True, 4096)
+    assert advice is not None and f"HEADRACE_MAX_BATCH_TOKENS={GPU_BATCH_TOKENS}" in advice
+    assert "4,096" in advice
+    assert batch_budget_advice(True, GPU_BATCH_TOKENS) is None
+    assert batch_budget_advice(False, 4096) is None
