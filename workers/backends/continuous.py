@@ -28,27 +28,26 @@ sequence, cancellation (rows end with ``abort``). Its tokens do not depend on wh
 with, up to floating point (padding changes the shapes the kernels see). Deltas and the
 cancellation check happen on the caller's thread, so the loop does no IO.
 
-The running rows, their cache and their mask are kept together in ``running_batch.py``. The
-cache is transformers' ``DynamicCache``, whose layers each hold ``[rows, heads, length,
-dim]`` keys and values; a model whose cache has layers of another kind (sliding windows,
-state-space layers) is refused (``running_batch.Unsupported``) and served one batch at a
-time.
+A caller's rows and a running row's state are in ``decode_jobs.py``; the running rows, their
+cache and their mask are kept together in ``running_batch.py``. The cache is transformers'
+``DynamicCache``, whose layers each hold ``[rows, heads, length, dim]`` keys and values; a
+model whose cache has layers of another kind (sliding windows, state-space layers) is
+refused (``running_batch.Unsupported``) and served one batch at a time.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from headrace.workers.backends.base import EncodedItem, Generated, Logprob, OnFinished, Sampling
+from headrace.workers.backends.decode_jobs import DecodeJob, LiveRow, OnDelta, context_of, rank
 from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import RunningBatch, check_layers, select
 from headrace.workers.backends.sampling import Chosen
@@ -57,48 +56,10 @@ from headrace.workers.packing import by_length
 
 log = logging.getLogger(__name__)
 
-OnDelta = Callable[[int, str], None]  # (row, text)
 # What a prefill forward pass costs beyond its tokens, in tokens (a CPU measurement: one
 # pass ~1.5 ms, a prompt token ~0.023 ms): joining rows are grouped by length only where
 # the padding saved is worth another pass
 PREFILL_OVERHEAD_TOKENS = 64
-
-
-@dataclass(eq=False)
-class _Job:
-    """One caller's rows: what it asked, and the channel its deltas and its end go back on."""
-
-    prompts: list[list[int]]
-    rows: list[Any]  # rows.DecodeRow, one per prompt
-    ranks: list[int] = field(default_factory=list)  # each row's class, 0 first
-    # (row, text): a delta; (row, None): the row finished; None: every row finished
-    events: queue.SimpleQueue[tuple[int, str | None] | None] = field(
-        default_factory=queue.SimpleQueue
-    )
-    cancelled: frozenset[int] = frozenset()  # set by the caller's thread, read by the loop
-    streams: bool = True  # whether the caller takes deltas
-    left: int = 0  # rows not finished
-    error: BaseException | None = None
-
-    def finished(self, index: int) -> None:
-        self.events.put((index, None))
-        self.left -= 1
-        if self.left == 0:
-            self.events.put(None)
-
-
-@dataclass(eq=False)
-class _Live:
-    """A row in the running batch: the token it feeds next, at which position."""
-
-    job: _Job
-    index: int
-    position: int
-    token: int = 0
-    row: Any = None  # job.rows[index], held here: the loop reads it for every row each step
-
-    def __post_init__(self) -> None:
-        self.row = self.job.rows[self.index]
 
 
 class ContinuousDecoder:
@@ -142,8 +103,8 @@ class ContinuousDecoder:
         self.cancel_check_s = cancel_check_s
         self.preempt = preempt  # a better class may take a worse one's place when full
         self.preempted = 0  # rows that gave their place up (and were resumed later)
-        self._waiting: deque[tuple[_Job, int]] = deque()
-        self._running: RunningBatch[_Live] = RunningBatch()
+        self._waiting: deque[tuple[DecodeJob, int]] = deque()
+        self._running: RunningBatch[LiveRow] = RunningBatch()
         self._wake = threading.Condition()
         self._closed = False
         self.join_every = join_every
@@ -155,7 +116,7 @@ class ContinuousDecoder:
         self.most_rows = 0  # the most rows ever decoded in one step
         self.cpu_s = 0.0  # CPU seconds the loop's thread has used (what a token costs)
         self.pass_s = 0.0  # seconds the loop's passes took: its rows' charges add up to it
-        self._done: list[_Live] = []  # rows this pass finished, told after it is charged
+        self._done: list[LiveRow] = []  # rows this pass finished, told after it is charged
         self._thread = threading.Thread(target=self._loop, name="decode", daemon=True)
         self._thread.start()
 
@@ -173,7 +134,7 @@ class ContinuousDecoder:
         checks run on this thread (the backend has refused too_long and empty items)."""
         if not items:
             return []
-        job = _Job(
+        job = DecodeJob(
             prompts=[list(item.ids) for item in items],
             rows=[
                 self._new_row(p, len(item.ids), on_delta is not None)
@@ -188,32 +149,7 @@ class ContinuousDecoder:
                 raise RuntimeError("the decoder is closed")
             self._enqueue([(job, i) for i in range(len(items))])
             self._wake.notify()
-        checked = time.monotonic()
-        ended = False
-        while not ended:
-            wait = None if cancelled is None else self.cancel_check_s
-            finished: list[int] = []
-            try:
-                events = [job.events.get(timeout=wait)]
-                while not job.events.empty():
-                    events.append(job.events.get())
-            except queue.Empty:
-                events = []  # time to ask which rows were cancelled
-            if cancelled is not None and time.monotonic() - checked >= self.cancel_check_s:
-                checked = time.monotonic()
-                job.cancelled = frozenset(cancelled())
-            for event in events:
-                if event is None:
-                    ended = True
-                elif event[1] is None:
-                    finished.append(event[0])
-                elif on_delta is not None:
-                    on_delta(event[0], event[1])
-            if finished and on_finished is not None and job.error is None:
-                on_finished([(i, _generated(job.rows[i])) for i in finished])
-        if job.error is not None:
-            raise job.error
-        return [_generated(row) for row in job.rows]
+        return job.wait(on_delta, cancelled, on_finished, self.cancel_check_s)
 
     def close(self) -> None:
         with self._wake:
@@ -255,7 +191,7 @@ class ContinuousDecoder:
                 live.job.finished(live.index)
             self.cpu_s = time.thread_time() - started
 
-    def _joining(self) -> list[tuple[_Job, int]]:
+    def _joining(self) -> list[tuple[DecodeJob, int]]:
         """The rows to prefill now. A prefill is a forward pass of its own, so rows join a
         running batch every ``join_every`` steps, or at once when they would make it grow by
         a quarter or it is empty. At most ``max_rows`` run, and, with ``kv_tokens``, only as
@@ -279,7 +215,7 @@ class ContinuousDecoder:
         if room <= 0:
             return []
         longest = max((self._need(live.job, live.index) for live in self._running.rows), default=0)
-        joining: list[tuple[_Job, int]] = []
+        joining: list[tuple[DecodeJob, int]] = []
         while self._waiting and len(joining) < room:
             need = self._need(*self._waiting[0])
             rows = running + len(joining) + 1
@@ -291,20 +227,20 @@ class ContinuousDecoder:
             self._joined_at = self.steps
         return joining
 
-    def _enqueue(self, entries: list[tuple[_Job, int]], resumed: bool = False) -> None:
+    def _enqueue(self, entries: list[tuple[DecodeJob, int]], resumed: bool = False) -> None:
         """Waiting rows in class order: a new row after every row of its class or a better
         one, a resumed row before the others of its class (it came first)."""
         for entry in entries:
-            rank = _rank(entry)
+            its = rank(entry)
             last = self._waiting[-1] if self._waiting else None
-            if not resumed and (last is None or _rank(last) <= rank):
+            if not resumed and (last is None or rank(last) <= its):
                 self._waiting.append(entry)  # the usual case: one class
                 continue
             at = next(
                 (
                     k
                     for k, waiting in enumerate(self._waiting)
-                    if _rank(waiting) > rank or (resumed and _rank(waiting) == rank)
+                    if rank(waiting) > its or (resumed and rank(waiting) == its)
                 ),
                 len(self._waiting),
             )
@@ -315,19 +251,19 @@ class ContinuousDecoder:
         loop has no place or no KV room for them (``seats.to_preempt``): those running rows
         leave the batch and wait, at the head of their class, to be resumed."""
         rows = self._running.rows
-        worst = max((_rank((live.job, live.index)) for live in rows), default=0)
-        if _rank(self._waiting[0]) >= worst:  # the usual case, one class: nobody gives way
+        worst = max((rank((live.job, live.index)) for live in rows), default=0)
+        if rank(self._waiting[0]) >= worst:  # the usual case, one class: nobody gives way
             return
         running = [
             Seat(
-                _rank((live.job, live.index)),
+                rank((live.job, live.index)),
                 self._need(live.job, live.index),
                 len(live.row.ids),
                 live.row.finish is None,
             )
             for live in rows
         ]
-        waiting = (Seat(_rank(entry), self._need(*entry)) for entry in self._waiting)
+        waiting = (Seat(rank(entry), self._need(*entry)) for entry in self._waiting)
         chosen = to_preempt(running, waiting, self.max_rows, self.kv_tokens)
         if not chosen:
             return
@@ -337,24 +273,24 @@ class ContinuousDecoder:
         self._enqueue([(live.job, live.index) for live in reversed(evicted)], resumed=True)
         self.preempted += len(evicted)
 
-    def _need(self, job: _Job, index: int) -> int:
+    def _need(self, job: DecodeJob, index: int) -> int:
         """KV tokens a row may come to hold: its prompt and all it may generate."""
         max_tokens: int = job.rows[index].params.max_tokens
         return min(len(job.prompts[index]) + max_tokens, self.context)
 
-    def _join(self, joining: list[tuple[_Job, int]]) -> None:
+    def _join(self, joining: list[tuple[DecodeJob, int]]) -> None:
         """Prefill the joining rows in groups of similar prompt length, longest first: a
         prefill pads every row to its longest (rows of 4 to 40 words joining together were
         half padding), and rows of similar length side by side keep the chunked attention's
         chunks narrow (``ragged_attention``)."""
-        lengths = [len(_context(job, i)) for job, i in joining]
+        lengths = [len(context_of(job, i)) for job, i in joining]
         for group in by_length(joining, lengths, PREFILL_OVERHEAD_TOKENS):
             self._prefill(group)
 
-    def _prefill(self, joining: list[tuple[_Job, int]]) -> None:
+    def _prefill(self, joining: list[tuple[DecodeJob, int]]) -> None:
         """Prefill the joining rows together, take each one's first token, and add the
         unfinished ones to the running batch."""
-        prompts = [_context(job, i) for job, i in joining]
+        prompts = [context_of(job, i) for job, i in joining]
         longest = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), longest), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), longest), dtype=torch.long)
@@ -366,7 +302,9 @@ class ContinuousDecoder:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache = out[self.cache_arg]
         check_layers(cache)
-        new = [_Live(job, i, position=len(p)) for (job, i), p in zip(joining, prompts, strict=True)]
+        new = [
+            LiveRow(job, i, position=len(p)) for (job, i), p in zip(joining, prompts, strict=True)
+        ]
         self._take_all(new, out.logits[:, -1, :])
         keep = [k for k, live in enumerate(new) if live.row.finish is None]
         if not keep:
@@ -406,7 +344,7 @@ class ContinuousDecoder:
         self._take_all(batch.rows, out.logits[:, -1, :])
         self._leave()
 
-    def _take_all(self, lives: list[_Live], logits: torch.Tensor) -> None:
+    def _take_all(self, lives: list[LiveRow], logits: torch.Tensor) -> None:
         """Each row's next token, chosen for all rows at once on the device and copied to
         the host once (``choose``)."""
         chosen = self._choose(logits, [live.row for live in lives])
@@ -414,7 +352,7 @@ class ContinuousDecoder:
             if live.row.finish is None:  # else finished at an earlier step, not yet cut out
                 self._take(live, token, chosen.logprobs.get(k))
 
-    def _take(self, live: _Live, token: int, logprob: Logprob | None = None) -> None:
+    def _take(self, live: LiveRow, token: int, logprob: Logprob | None = None) -> None:
         """Give the row its next token; it finishes on a stop, at max_tokens, or where the
         context ends (``length``)."""
         row = live.row
@@ -426,7 +364,7 @@ class ContinuousDecoder:
         if row.finish is not None:
             self._done.append(live)  # told once the pass's time is charged
 
-    def _emit(self, live: _Live) -> None:
+    def _emit(self, live: LiveRow) -> None:
         if not live.job.streams:
             return
         delta = live.row.pending_delta()
@@ -446,7 +384,7 @@ class ContinuousDecoder:
         self._running.keep(keep)  # none kept: the batch empties
 
     # --- failures -----------------------------------------------------------------------------
-    def _fail(self, jobs: set[_Job], exc: BaseException) -> None:
+    def _fail(self, jobs: set[DecodeJob], exc: BaseException) -> None:
         """Every job with a row in the failed pass fails (its caller raises ``exc``, and
         bisects its batch as for a static one); the others go on."""
         with self._wake:
@@ -461,30 +399,7 @@ class ContinuousDecoder:
         self._fail(jobs, exc)
 
 
-def _rank(entry: tuple[_Job, int]) -> int:
-    job, index = entry
-    return job.ranks[index] if job.ranks else 1
-
-
-def _context(job: _Job, index: int) -> list[int]:
-    """What a row's prefill reads: its prompt, and the tokens it has so far when it resumes
-    after giving its place up (none for a new row)."""
-    ids: list[int] = job.rows[index].ids
-    return job.prompts[index] + ids if ids else job.prompts[index]
-
-
 def _column(values: list[int], device: torch.device) -> torch.Tensor:
     """``values`` as a [n, 1] tensor (a flat list converts several times faster than a
     nested one, and this runs twice a step)."""
     return torch.tensor(values, dtype=torch.long).view(-1, 1).to(device)
-
-
-def _generated(row: Any) -> Generated:
-    return Generated(
-        row.text,
-        row.ids,
-        row.finish or "length",
-        row.prompt_tokens,
-        row.device_s * 1000,
-        row.logprobs,
-    )
