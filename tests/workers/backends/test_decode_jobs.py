@@ -51,7 +51,8 @@ def test_deltas_come_in_order_and_rows_are_handed_over_as_they_finish() -> None:
     )
     assert deltas == [(0, "he"), (1, "a"), (0, "llo")]
     assert handed == [[1], [0]]
-    assert [g.token_ids for g in out] == [[5, 6], [7]] and all(isinstance(g, Generated) for g in out)
+    assert all(isinstance(g, Generated) for g in out)
+    assert [g.token_ids for g in out] == [[5, 6], [7]]
     assert [g.finish_reason for g in out] == ["stop", "stop"]
 
 
