@@ -14,9 +14,10 @@
   transformers' own continuous batching (``generate_batch``) on the same model; host copies
   (``tolist``/``item``) per decode step; peak memory.
 
-Needs torch, transformers, tokenizers, safetensors (and sentence-transformers for its row);
-no pydantic and no services: on a machine where headrace is not installed, the package is
-mapped from this checkout. Prints one JSON report (and writes it with ``--out``).
+The embeddings part is in gpu_bench_embeddings.py. Needs torch, transformers, tokenizers,
+safetensors (and sentence-transformers for its row); no pydantic and no services: on a
+machine where headrace is not installed, the package is mapped from this checkout. Prints
+one JSON report (and writes it with ``--out``).
 """
 
 from __future__ import annotations
@@ -64,119 +65,14 @@ def _map_headrace() -> None:
 
 _map_headrace()
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bench_embeddings import WORDS, bench_embeddings, sync  # noqa: E402
+
 from headrace.models import tiny_lm  # noqa: E402
 from headrace.workers.backends.base import EncodedItem, FixedSampling, default_shapes  # noqa: E402
-from headrace.workers.backends.embedding import EmbeddingBackend  # noqa: E402
 from headrace.workers.backends.generation import GenerationBackend  # noqa: E402
 
-BUCKETS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
-TEXT = (
-    "water leaves the river through a sluice and runs down the headrace to the wheel of "
-    "the mill where it turns stones that grind grain into flour for the town below"
-)
-WORDS = TEXT.split(" ")
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def long_tail_texts(count: int, rng: random.Random) -> list[str]:
-    """70% short (4-30 words), 25% medium (30-120), 5% long (120-400)."""
-    out = []
-    for _ in range(count):
-        roll = rng.random()
-        words = rng.randint(4, 30) if roll < 0.7 else rng.randint(30, 120)
-        if roll >= 0.95:
-            words = rng.randint(120, 400)
-        out.append(" ".join(rng.choice(WORDS) for _ in range(words)))
-    return out
-
-
-def bucketed_batches(items: list[EncodedItem], budget: int) -> list[list[EncodedItem]]:
-    """Items grouped by the smallest bucket that holds them, each bucket cut into batches of
-    at most ``budget`` padded tokens (rows x bucket), as the dispatcher does."""
-    by_bucket: dict[int, list[EncodedItem]] = {}
-    for item in items:
-        bucket = next(b for b in BUCKETS if b >= len(item.ids))
-        by_bucket.setdefault(bucket, []).append(item)
-    batches = []
-    for bucket, group in sorted(by_bucket.items()):
-        rows = max(1, budget // bucket)
-        batches += [group[k : k + rows] for k in range(0, len(group), rows)]
-    return batches
-
-
-# --- embeddings ---------------------------------------------------------------------------
-def bench_embeddings(model_dir: Path, device: torch.device, quick: bool) -> dict[str, Any]:
-    rng = random.Random(7)
-    texts = long_tail_texts(60 if quick else 12_000, rng)  # quick: the code runs, no figure
-    backend = EmbeddingBackend("all-MiniLM-L6-v2", model_dir, 512, device=str(device))
-    backend.load_weights()
-    backend.build()
-    backend.warm_up(default_shapes([16, 64, 256, 512], rows=8))
-    encoded = backend.encode(texts, [True] * len(texts))
-    useful = sum(item.token_count for item in encoded)
-    report: dict[str, Any] = {"texts": len(texts), "useful_tokens": useful, "backend": {}}
-    for budget in (4096,) if quick else (4096, 16_384, 65_536):
-        batches = bucketed_batches(encoded, budget)
-        padded = 0
-        _sync(device)
-        start = time.perf_counter()
-        for batch in batches:
-            vectors, _, batch_padded = backend.embed(batch, [True] * len(batch))
-            padded += batch_padded
-        _sync(device)
-        elapsed = time.perf_counter() - start
-        assert len(vectors) == len(batch)
-        report["backend"][str(budget)] = {
-            "batches": len(batches),
-            "useful_tok_s": round(useful / elapsed),
-            "padding": round(useful / padded, 3),
-            "seconds": round(elapsed, 3),
-        }
-    sizes = (32,) if quick else (32, 128, 512)  # on CPU the larger ones took minutes
-    report["sentence_transformers"] = _sentence_transformers(
-        model_dir, device, texts, useful, sizes
-    )
-    best_st = max(
-        (
-            v["useful_tok_s"]
-            for v in report["sentence_transformers"].values()
-            if "useful_tok_s" in v
-        ),
-        default=None,
-    )
-    best = max(v["useful_tok_s"] for v in report["backend"].values())
-    report["best_useful_tok_s"] = best
-    report["vs_sentence_transformers_best"] = round(best / best_st, 2) if best_st else None
-    return report
-
-
-def _sentence_transformers(
-    model_dir: Path, device: torch.device, texts: list[str], useful: int, sizes: tuple[int, ...]
-) -> dict[str, Any]:
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        return {"skipped": f"sentence-transformers not installed ({exc})"}
-    model = SentenceTransformer(str(model_dir), device=str(device))
-    model.max_seq_length = 512
-    if device.type == "cuda":
-        model.half()
-    model.encode(texts[:64], batch_size=32)  # warm up
-    out: dict[str, Any] = {}
-    for size in sizes:
-        _sync(device)
-        start = time.perf_counter()
-        model.encode(texts, batch_size=size, convert_to_numpy=True)
-        _sync(device)
-        out[str(size)] = {"useful_tok_s": round(useful / (time.perf_counter() - start))}
-    return out
-
-
-# --- generation ---------------------------------------------------------------------------
 def gpt2_medium_shaped(directory: Path, quick: bool) -> Path:
     """A random-weight GPT-2 shaped like gpt2-medium (a TEST MODEL), with the test LM's
     tokenizer; ``quick``: a small one of the same kind."""
@@ -261,7 +157,7 @@ def run_static(
     device = backend.device
     short_done: list[float] = []
     tokens = 0
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     with host_copies() as copies:
         for k in range(0, len(items), rows):
@@ -314,7 +210,7 @@ def run_continuous(
             backend.generate(items[a:b], params[a:b], None, None, finished)
 
     steps = decoder.steps
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     with host_copies() as copies:
         threads = [threading.Thread(target=caller) for _ in range(slots)]
@@ -349,7 +245,7 @@ def transformers_continuous(
         ).to(device)
         model.eval()
         tokens = 0
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         for longest in sorted({p.max_tokens for p in params}):
             inputs = [i.ids for i, p in zip(items, params, strict=True) if p.max_tokens == longest]
@@ -362,7 +258,7 @@ def transformers_continuous(
             # (not under inference_mode: its manager resets tensors it made outside it)
             out = model.generate_batch(inputs=inputs, generation_config=config)
             tokens += sum(len(o.generated_tokens) for o in out.values())
-        _sync(device)
+        sync(device)
         elapsed = time.perf_counter() - start
         return {"output_tok_s": round(tokens / elapsed), "seconds": round(elapsed, 2)}
     except Exception as exc:  # a bench row: say why it has no figure, go on with the rest
@@ -414,11 +310,11 @@ def profile_decode(model_dir: Path, device: torch.device, rows: int) -> dict[str
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
         torch.cuda.reset_peak_memory_stats(device)
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     with profile(activities=activities) as prof:
         out = backend.generate(items, params)
-        _sync(device)
+        sync(device)
     elapsed = time.perf_counter() - start
     steps = max(o.completion_tokens for o in out)
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)

@@ -1,0 +1,123 @@
+"""The embeddings part of scripts/gpu_bench.py (which maps ``headrace`` from the checkout
+before it imports this): useful tokens/s through ``EmbeddingBackend.embed`` over long-tail
+texts in bucketed token-budget batches, as the dispatcher forms them, at several budgets,
+beside sentence-transformers' ``encode`` on the same texts. The words its texts are made of
+are the generation part's too."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from headrace.workers.backends.base import EncodedItem, default_shapes
+from headrace.workers.backends.embedding import EmbeddingBackend
+
+BUCKETS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+TEXT = (
+    "water leaves the river through a sluice and runs down the headrace to the wheel of "
+    "the mill where it turns stones that grind grain into flour for the town below"
+)
+WORDS = TEXT.split(" ")
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (a timer reads the wall clock after it)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def long_tail_texts(count: int, rng: random.Random) -> list[str]:
+    """70% short (4-30 words), 25% medium (30-120), 5% long (120-400)."""
+    out = []
+    for _ in range(count):
+        roll = rng.random()
+        words = rng.randint(4, 30) if roll < 0.7 else rng.randint(30, 120)
+        if roll >= 0.95:
+            words = rng.randint(120, 400)
+        out.append(" ".join(rng.choice(WORDS) for _ in range(words)))
+    return out
+
+
+def bucketed_batches(items: list[EncodedItem], budget: int) -> list[list[EncodedItem]]:
+    """Items grouped by the smallest bucket that holds them, each bucket cut into batches of
+    at most ``budget`` padded tokens (rows x bucket), as the dispatcher does."""
+    by_bucket: dict[int, list[EncodedItem]] = {}
+    for item in items:
+        bucket = next(b for b in BUCKETS if b >= len(item.ids))
+        by_bucket.setdefault(bucket, []).append(item)
+    batches = []
+    for bucket, group in sorted(by_bucket.items()):
+        rows = max(1, budget // bucket)
+        batches += [group[k : k + rows] for k in range(0, len(group), rows)]
+    return batches
+
+
+def bench_embeddings(model_dir: Path, device: torch.device, quick: bool) -> dict[str, Any]:
+    rng = random.Random(7)
+    texts = long_tail_texts(60 if quick else 12_000, rng)  # quick: the code runs, no figure
+    backend = EmbeddingBackend("all-MiniLM-L6-v2", model_dir, 512, device=str(device))
+    backend.load_weights()
+    backend.build()
+    backend.warm_up(default_shapes([16, 64, 256, 512], rows=8))
+    encoded = backend.encode(texts, [True] * len(texts))
+    useful = sum(item.token_count for item in encoded)
+    report: dict[str, Any] = {"texts": len(texts), "useful_tokens": useful, "backend": {}}
+    for budget in (4096,) if quick else (4096, 16_384, 65_536):
+        batches = bucketed_batches(encoded, budget)
+        padded = 0
+        sync(device)
+        start = time.perf_counter()
+        for batch in batches:
+            vectors, _, batch_padded = backend.embed(batch, [True] * len(batch))
+            padded += batch_padded
+        sync(device)
+        elapsed = time.perf_counter() - start
+        assert len(vectors) == len(batch)
+        report["backend"][str(budget)] = {
+            "batches": len(batches),
+            "useful_tok_s": round(useful / elapsed),
+            "padding": round(useful / padded, 3),
+            "seconds": round(elapsed, 3),
+        }
+    sizes = (32,) if quick else (32, 128, 512)  # on CPU the larger ones took minutes
+    report["sentence_transformers"] = _sentence_transformers(
+        model_dir, device, texts, useful, sizes
+    )
+    best_st = max(
+        (
+            v["useful_tok_s"]
+            for v in report["sentence_transformers"].values()
+            if "useful_tok_s" in v
+        ),
+        default=None,
+    )
+    best = max(v["useful_tok_s"] for v in report["backend"].values())
+    report["best_useful_tok_s"] = best
+    report["vs_sentence_transformers_best"] = round(best / best_st, 2) if best_st else None
+    return report
+
+
+def _sentence_transformers(
+    model_dir: Path, device: torch.device, texts: list[str], useful: int, sizes: tuple[int, ...]
+) -> dict[str, Any]:
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        return {"skipped": f"sentence-transformers not installed ({exc})"}
+    model = SentenceTransformer(str(model_dir), device=str(device))
+    model.max_seq_length = 512
+    if device.type == "cuda":
+        model.half()
+    model.encode(texts[:64], batch_size=32)  # warm up
+    out: dict[str, Any] = {}
+    for size in sizes:
+        sync(device)
+        start = time.perf_counter()
+        model.encode(texts, batch_size=size, convert_to_numpy=True)
+        sync(device)
+        out[str(size)] = {"useful_tok_s": round(useful / (time.perf_counter() - start))}
+    return out
