@@ -66,7 +66,7 @@ def bench_embeddings(model_dir: Path, device: torch.device, quick: bool) -> dict
     encoded = backend.encode(texts, [True] * len(texts))
     useful = sum(item.token_count for item in encoded)
     report: dict[str, Any] = {"texts": len(texts), "useful_tokens": useful, "backend": {}}
-    for budget in (4096,) if quick else (4096, 16_384, 65_536):
+    for budget in (256, 4096) if quick else (4096, 16_384, 65_536, 131_072):
         batches = bucketed_batches(encoded, budget)
         padded = 0
         sync(device)
@@ -82,7 +82,9 @@ def bench_embeddings(model_dir: Path, device: torch.device, quick: bool) -> dict
             "useful_tok_s": round(useful / elapsed),
             "padding": round(useful / padded, 3),
             "seconds": round(elapsed, 3),
+            "padded_tokens": padded,
         }
+    report["batch_cost"] = batch_cost(list(report["backend"].values()))
     sizes = (32,) if quick else (32, 128, 512)  # on CPU the larger ones took minutes
     report["sentence_transformers"] = _sentence_transformers(
         model_dir, device, texts, useful, sizes
@@ -99,6 +101,32 @@ def bench_embeddings(model_dir: Path, device: torch.device, quick: bool) -> dict
     report["best_useful_tok_s"] = best
     report["vs_sentence_transformers_best"] = round(best / best_st, 2) if best_st else None
     return report
+
+
+def batch_cost(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """A batch's time as a fixed part plus a part per padded token, the least-squares line
+    through the budgets' runs (each: its batches, padded tokens and seconds), and the fixed
+    part in tokens: what ``batch_overhead_tokens`` should be on this device
+    (docs/configuration.md#on-a-gpu). None where the runs cannot tell (fewer than two
+    batch sizes)."""
+    points = [
+        (r["padded_tokens"] / r["batches"], r["seconds"] / r["batches"])
+        for r in runs
+        if r["batches"]
+    ]
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n if n else 0.0
+    mean_y = sum(y for _, y in points) / n if n else 0.0
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    if n < 2 or sxx == 0:
+        return {"fixed_ms": None, "us_per_padded_token": None, "overhead_tokens": None}
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    fixed = mean_y - slope * mean_x
+    return {
+        "fixed_ms": round(fixed * 1e3, 3),
+        "us_per_padded_token": round(slope * 1e6, 4),
+        "overhead_tokens": round(fixed / slope) if slope > 0 else None,
+    }
 
 
 def _sentence_transformers(

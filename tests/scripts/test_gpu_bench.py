@@ -4,11 +4,24 @@ unimportable, as on the GPU machine, so that it cannot rot between lent GPUs."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from tests.scripts.without_pydantic import quick_report
+from tests.scripts.without_pydantic import ROOT, quick_report
+
+
+def _embeddings_part() -> ModuleType:
+    path = ROOT / "scripts" / "gpu_bench_embeddings.py"
+    spec = importlib.util.spec_from_file_location("gpu_bench_embeddings", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.timeout(300)
@@ -19,9 +32,28 @@ def test_gpu_bench_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
     assert all(
         b["useful_tok_s"] > 0 and 0 < b["padding"] <= 1 for b in embeddings["backend"].values()
     )
+    # two budgets, so a batch's fixed cost is fitted (its size is the device's business)
+    assert len(embeddings["backend"]) == 2
+    assert isinstance(embeddings["batch_cost"]["us_per_padded_token"], float)
     for model in ("test_lm", "gpt2_medium_shaped"):
         generation = report["generation"][model]
         assert generation["static"]["output_tok_s"] > 0
         continuous = generation["continuous"]
         assert continuous["output_tok_s"] > 0 and continuous["decode_steps"] > 0
         assert continuous["item_calls"] == 0  # tokens reach the host by one tolist a pass
+
+
+def test_a_batchs_fixed_cost_is_the_line_through_the_budgets() -> None:
+    """Batches of 1,000 / 4,000 / 16,000 padded tokens at 10 ms plus 2 us a token: the fit
+    gives back 10 ms, 2 us and 5,000 tokens of overhead; one batch size cannot tell."""
+    batch_cost = _embeddings_part().batch_cost
+    runs = [
+        {"batches": 4, "padded_tokens": 4 * size, "seconds": 4 * (0.010 + 2e-6 * size)}
+        for size in (1_000, 4_000, 16_000)
+    ]
+    assert batch_cost(runs) == {
+        "fixed_ms": 10.0,
+        "us_per_padded_token": 2.0,
+        "overhead_tokens": 5000,
+    }
+    assert batch_cost(runs[:1])["overhead_tokens"] is None

@@ -130,20 +130,17 @@ class GenerationBackend:
         self.timings.build_s = time.perf_counter() - start
 
     def _choose_attention(self) -> None:
-        """The attention kernel, on purpose. On CUDA, not cuDNN's SDPA: it builds a plan for
-        every new KV length, one per decode step (19 ms a call on the test LM on an H200;
-        turning it off made continuous generation 5x faster), so SDPA picks flash or
-        memory-efficient attention. On CPU, decode steps skip the padding columns they can
-        (``ragged_attention``; on a GPU masked columns cost less than the extra kernels).
+        """The attention kernel, on purpose. On CUDA, not cuDNN's SDPA (``place_on_device``
+        turned it off: ``base.choose_attention_kernels``). On CPU, decode steps skip the
+        padding columns they can (``ragged_attention``; on a GPU masked columns cost less
+        than the extra kernels).
         On SDPA a decode step hands the model its mask prepared (4D boolean): from a 2D one
         transformers builds it again and asks whether it is all ones, a wait for the device
         at every step."""
         from headrace.workers.backends import ragged_attention
 
         sdpa = getattr(self._model.config, "_attn_implementation", None) == "sdpa"
-        if self.device.type == "cuda":
-            torch.backends.cuda.enable_cudnn_sdp(False)
-        elif sdpa:
+        if self.device.type != "cuda" and sdpa:
             ragged_attention.use_for(self._model)
         self._step_mask = ragged_attention.step_mask if sdpa else None
 
