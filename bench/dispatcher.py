@@ -14,7 +14,8 @@ is not running): the records produced to the bucket topics first, then read by t
 transport's reader as the dispatcher's is (polls of ``--poll``, commits), and each batch sent
 through Celery to its queue on Redis (then completed at once; the queues are deleted after).
 Printed: requests/s the loop sustains from a backlog, and CPU microseconds a request (every
-thread of this process: kafka-python's IO thread too).
+thread of this process: kafka-python's IO thread too), and the loop's thread's split into
+the reader's polls, the core, the Celery sends and the commits.
 
 With ``--batch-tokens`` and ``--overhead-tokens``, batches of another shape than the
 settings' (``max_batch_tokens``, ``batch_overhead_tokens``): a GPU worker's batches are far
@@ -118,10 +119,24 @@ def polls(records: list[Record], size: int) -> list[dict[Partition, list[Record]
 class StackFigures(Rate):  # seconds: wall, from the first poll to the last completion
     cpu_seconds: float  # this process's, every thread
     queues: frozenset[str]  # the Celery queues its batches went to (deleted after)
+    # the loop's thread's CPU seconds in each part: the reader's polls, the Celery sends,
+    # the commits; the rest of its CPU is the core's
+    poll_cpu_s: float = 0.0
+    send_cpu_s: float = 0.0
+    commit_cpu_s: float = 0.0
+    loop_cpu_s: float = 0.0  # the loop's thread, all of it
 
     @property
     def cpu_us(self) -> float:
         return self.cpu_seconds / self.requests * 1e6
+
+    def us(self, seconds: float) -> float:
+        """``seconds`` of CPU as microseconds a request."""
+        return seconds / self.requests * 1e6
+
+    @property
+    def core_cpu_s(self) -> float:
+        return self.loop_cpu_s - self.poll_cpu_s - self.send_cpu_s - self.commit_cpu_s
 
 
 class Rig:
@@ -219,30 +234,48 @@ def run_stack(settings: Settings, requests: int, poll: int) -> StackFigures:
     writer.close()
     celery_send = batch_sender(settings)
     queues: set[str] = set()
+    parts = {"poll": 0.0, "send": 0.0, "commit": 0.0}  # the loop's thread's CPU seconds
 
     def send(action: ev.SendBatch) -> None:
+        began = time.thread_time()
         celery_send(action.batch, action.queue)
         queues.add(action.queue)
+        parts["send"] += time.thread_time() - began
 
     rig = Rig(settings, send)
     reader = transport.reader(f"{settings.topic_prefix}.dispatcher", max_poll_records=poll)
     reader.assign(topics, start="beginning")
     try:
-        began, cpu = time.perf_counter(), time.process_time()
+        began, cpu, loop = time.perf_counter(), time.process_time(), time.thread_time()
         deadline = time.monotonic() + 120
         while rig.answered < requests and time.monotonic() < deadline:
+            polling = time.thread_time()
             polled = reader.poll(rig.core.poll_timeout_ms())
+            parts["poll"] += time.thread_time() - polling
             actions = rig.read(polled) if polled else rig.tick()
             for action in actions:
                 if isinstance(action, ev.Commit):
+                    committing = time.thread_time()
                     reader.commit(action.offsets, sync=action.sync)
+                    parts["commit"] += time.thread_time() - committing
         seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu
+        loop_cpu_s = time.thread_time() - loop
     finally:
         reader.close()
         transport.close()
         if queues:
             redis_client(settings).delete(*queues)
-    return StackFigures(rig.answered, rig.sent, seconds, cpu_seconds, frozenset(queues))
+    return StackFigures(
+        rig.answered,
+        rig.sent,
+        seconds,
+        cpu_seconds,
+        frozenset(queues),
+        poll_cpu_s=parts["poll"],
+        send_cpu_s=parts["send"],
+        commit_cpu_s=parts["commit"],
+        loop_cpu_s=loop_cpu_s,
+    )
 
 
 def _per_request(requests: int, work: Callable[[], object]) -> float:
@@ -267,11 +300,16 @@ def main(argv: list[str] | None = None) -> Figures | StackFigures:
     if args.stack:
         with LocalStack(settings).while_needed():
             through = run_stack(settings, args.requests, args.poll)
+        us = through.us
         print(
             f"dispatcher through the stack, {through.requests} requests in {through.batches} "
             f"batches ({batching}, polls of {args.poll}, model {settings.model}):\n"
             f"  {through.per_s:,.0f} requests/s from a backlog; {through.cpu_us:.1f} us of CPU a "
-            f"request (read from Kafka, the core, sent by Celery, committed)"
+            f"request (read from Kafka, the core, sent by Celery, committed)\n"
+            f"  the loop's thread, us of CPU a request: polls {us(through.poll_cpu_s):.1f}, "
+            f"the core {us(through.core_cpu_s):.1f}, Celery sends {us(through.send_cpu_s):.1f}, "
+            f"commits {us(through.commit_cpu_s):.1f}; other threads "
+            f"{us(through.cpu_seconds - through.loop_cpu_s):.1f}"
         )
         return through
     figures = run(settings, args.requests, args.poll)

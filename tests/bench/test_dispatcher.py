@@ -30,8 +30,12 @@ def test_through_the_stack_every_request_is_read_sent_and_its_queues_deleted(
     assert isinstance(figures, StackFigures)
     assert figures.requests == 300 and 0 < figures.batches <= 300
     assert figures.per_s > 0 and figures.cpu_us > 0
+    # the loop's thread's CPU, split: each part was timed, and they add up within it
+    assert figures.poll_cpu_s > 0 and figures.send_cpu_s > 0 and figures.commit_cpu_s >= 0
+    assert figures.core_cpu_s > 0 and figures.loop_cpu_s <= figures.cpu_seconds
     out = capsys.readouterr().out
     assert "through the stack" in out and "us of CPU a request" in out
+    assert "Celery sends" in out and "polls" in out
     assert figures.queues and redis_client(Settings()).exists(*figures.queues) == 0
 
 

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 from headrace import connections
 from headrace.config.settings import Settings
-from headrace.ops.localstack import LocalStack
+from headrace.ops.localstack import LocalStack, ServiceState, _terminate
 from headrace.transport.kafka import clients as kafka_clients
 
 
@@ -31,3 +36,25 @@ def test_a_stack_already_running_is_left_running_by_a_block_that_needed_it(
     with LocalStack(Settings()).while_needed() as held:
         assert {s.name: s.pid for s in held.status()} == before
     assert stack.is_up() and {s.name: s.pid for s in stack.status()} == before
+
+
+def test_a_process_that_outlives_sigterm_is_killed_and_gone_when_terminate_returns() -> None:
+    """tansu under traffic outlives SIGTERM's grace: once ``_terminate`` returns, the
+    process no longer runs (``alive`` says so), so ``up`` right after starts it again."""
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == b"ready\n"
+    service = ServiceState("kafka", stubborn.pid, "127.0.0.1:1", "log")
+    assert service.alive()
+    began = time.monotonic()
+    _terminate(stubborn.pid, grace_s=0.3)
+    assert not service.alive()
+    assert time.monotonic() - began >= 0.3  # it waited the grace, then killed
+    assert not os.path.exists(f"/proc/{stubborn.pid}")  # reaped, not left a zombie
