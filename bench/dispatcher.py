@@ -128,7 +128,7 @@ class StackFigures(Rate):  # seconds: wall, from the first poll to the last comp
 
     @property
     def cpu_us(self) -> float:
-        return self.cpu_seconds / self.requests * 1e6
+        return self.us(self.cpu_seconds)
 
     def us(self, seconds: float) -> float:
         """``seconds`` of CPU as microseconds a request."""

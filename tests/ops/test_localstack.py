@@ -45,8 +45,8 @@ def test_a_process_that_outlives_sigterm_is_killed_and_gone_when_terminate_retur
         [
             sys.executable,
             "-c",
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(60)",
+            "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); signal.pause()",  # until a signal it does not ignore
         ],
         stdout=subprocess.PIPE,
     )

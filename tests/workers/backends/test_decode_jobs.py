@@ -33,22 +33,22 @@ def test_deltas_come_in_order_and_rows_are_handed_over_as_they_finish() -> None:
     job = _job(2)
     deltas: list[tuple[int, str]] = []
     handed: list[list[int]] = []
+    first_handed = threading.Event()
 
     def loop() -> None:
         job.events.put((0, "he"))
         job.events.put((1, "a"))
         job.events.put((0, "llo"))
         _finish(job, 1, [7])
-        time.sleep(0.05)  # a later step
+        first_handed.wait(5)  # a later step, once the caller has row 1
         _finish(job, 0, [5, 6])
 
+    def on_finished(done: list[tuple[int, Generated]]) -> None:
+        handed.append([i for i, _ in done])
+        first_handed.set()
+
     threading.Thread(target=loop).start()
-    out = job.wait(
-        lambda i, text: deltas.append((i, text)),
-        None,
-        lambda done: handed.append([i for i, _ in done]),
-        cancel_check_s=0.2,
-    )
+    out = job.wait(lambda i, text: deltas.append((i, text)), None, on_finished, 0.2)
     assert deltas == [(0, "he"), (1, "a"), (0, "llo")]
     assert handed == [[1], [0]]
     assert all(isinstance(g, Generated) for g in out)
