@@ -9,6 +9,7 @@ import pytest
 from bench.dispatcher import StackFigures, main
 from headrace.config.settings import Settings
 from headrace.connections import redis_client
+from headrace.ops.localstack import LocalStack
 
 
 def test_every_request_leaves_in_a_batch_once_and_the_figures_are_printed(
@@ -22,10 +23,11 @@ def test_every_request_leaves_in_a_batch_once_and_the_figures_are_printed(
 
 
 def test_through_the_stack_every_request_is_read_sent_and_its_queues_deleted(
-    capsys: pytest.CaptureFixture[str],
+    stack: LocalStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--stack``: the records are read from Kafka and the batches sent through Celery to
-    Redis (the local stack's, as every test's), and the Celery queues it filled are gone."""
+    Redis (the local stack's, kept up by the fixture so its Redis can be asked after), and the
+    Celery queues it filled are gone."""
     figures = main(["--requests", "300", "--poll", "100", "--stack"])
     assert isinstance(figures, StackFigures)
     assert figures.requests == 300 and 0 < figures.batches <= 300
