@@ -45,6 +45,8 @@ def test_invalidate_by_tag_from_the_command_line(
         sent = runner.invoke(app, ["cache", "invalidate", "--tenant", "acme", "--tag", "doc:5"])
         assert sent.exit_code == 0, sent.output
         eventually(lambda: cache.get(entry.key) is None, 10, "the entry evicted")
+        # the invalidator counts after it evicts: wait for its count, then check it is one
+        eventually(lambda: invalidator.counts["applied"] > 0, 10, "the invalidation counted")
         assert invalidator.counts["applied"] == 1
     finally:
         stop.set()
