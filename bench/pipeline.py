@@ -265,12 +265,27 @@ def main(
         table.add_row(
             "    ratio (b)/(a')", f"{bucketed.tokens_per_s / raw_parallel.tokens_per_s:.3f}"
         )
-        worker_cpu_s = sum(s for name, s in bucketed.cpu_s.items() if name.startswith("worker"))
-        per_cpu = bucketed.real_tokens / max(worker_cpu_s, 1e-9)
+        split = cpu.Split.of(
+            bucketed.cpu_s,
+            bucketed.wall_s,
+            bucketed.real_tokens,
+            raw_parallel.tokens_per_s,
+            raw_parallel.tokens_per_cpu_s,
+        )
+        per_cpu = split.per_cpu * raw_parallel.tokens_per_cpu_s
         table.add_row(
             "    useful tokens per CPU second: workers in (b) / loops in (a')",
-            f"{per_cpu:,.0f} / {raw_parallel.tokens_per_cpu_s:,.0f} = "
-            f"{per_cpu / raw_parallel.tokens_per_cpu_s:.3f}",
+            f"{per_cpu:,.0f} / {raw_parallel.tokens_per_cpu_s:,.0f} = {split.per_cpu:.3f}",
+        )
+        table.add_row(
+            "    = cores the workers got in (b) / the loops in (a') x that",
+            f"{split.workers_cores:.2f} / {split.loops_cores:.2f} = {split.share:.3f} "
+            f"x {split.per_cpu:.3f} = {split.ratio:.3f}",
+        )
+        table.add_row(
+            f"    cores busy during (b), of {split.cores}",
+            ", ".join(f"{n} {c:.2f}" for n, c in sorted(split.during_b.items()))
+            + f", idle {split.idle:.2f}",
         )
     table.add_row(
         "(d) padding efficiency, buckets  [target >= 0.95]", f"{bucketed.padding_efficiency:.3f}"
