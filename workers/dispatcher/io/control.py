@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from headrace.config.settings import Settings
 from headrace.schemas.control import Control
+from headrace.schemas.signing import Keys, control_signature, signed_by
 from headrace.schemas.topics import Topics
 from headrace.transport.base import Partition, Transport
 
@@ -28,15 +29,20 @@ class ControlReader:
         self._partitions: list[Partition] = self._reader.assign([topic], start="committed")
         self._dirty = False
 
-    def poll(self) -> list[Control]:
-        """Control records that arrived since the last call; never blocks."""
+    def poll(self, tenant_keys: Keys | None = None) -> list[Control]:
+        """Control records that arrived since the last call; never blocks. With
+        ``tenant_keys``, a record of a tenant that signs its records counts only when signed
+        by it (the others are logged and left out)."""
         out: list[Control] = []
         for records in self._reader.poll(timeout_ms=0).values():
             for record in records:
                 try:
-                    out.append(Control.model_validate_json(record.value))
+                    control = Control.model_validate_json(record.value)
                 except ValidationError as exc:
                     log.warning("unreadable control record at offset %d: %s", record.offset, exc)
+                else:
+                    if tenant_keys is None or _signed(control, tenant_keys):
+                        out.append(control)
                 self._dirty = True
         return out
 
@@ -52,3 +58,15 @@ class ControlReader:
             self.commit()
         finally:
             self._reader.close()
+
+
+def _signed(control: Control, tenant_keys: Keys) -> bool:
+    if signed_by(
+        tenant_keys,
+        control.tenant,
+        control.signature,
+        lambda key: control_signature(key, control.action, control.tenant, control.request_id),
+    ):
+        return True
+    log.warning("unsigned cancellation of %s/%s ignored", control.tenant, control.request_id)
+    return False

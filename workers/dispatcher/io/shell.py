@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS, redis_client
@@ -23,10 +23,9 @@ from headrace.health.ready import announce_ready
 from headrace.limits.store import LimitsStore
 from headrace.models.registry import served_models
 from headrace.models.tokenizer import token_counter
-from headrace.schemas.control import Control
 from headrace.schemas.messages import Batch
-from headrace.schemas.signing import KeyFolder, control_signature, signed_by
-from headrace.transport import Partition, Record, Transport, open_transport
+from headrace.schemas.signing import KeyFolder
+from headrace.transport import Partition, Transport, open_transport
 from headrace.transport.known_topics import KnownTopics
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.core import DispatcherCore
@@ -49,7 +48,6 @@ from headrace.workers.dispatcher.events import (
     PartitionsLost,
     PartitionsRevoked,
     RecordsRead,
-    RequestKey,
     Seek,
     SendBatch,
     SetPaused,
@@ -60,9 +58,7 @@ from headrace.workers.dispatcher.events import (
     SyncLimits,
     TenantKeysRead,
     Tick,
-    WorkersSeen,
 )
-from headrace.workers.dispatcher.intake import request_key
 from headrace.workers.dispatcher.io.answers import Answerer
 from headrace.workers.dispatcher.io.cache_rung import CacheRung
 from headrace.workers.dispatcher.io.collector import tune_collector
@@ -73,13 +69,14 @@ from headrace.workers.dispatcher.io.metrics import HANDED_OFF, PrometheusObserve
 from headrace.workers.dispatcher.io.model_watch import ModelWatch
 from headrace.workers.dispatcher.io.settling import Settler
 from headrace.workers.dispatcher.io.stall import stall_on
+from headrace.workers.dispatcher.io.takeover import answered_before
+from headrace.workers.dispatcher.io.workers_seen import WorkersWatch
 from headrace.workers.handoff import HandOff
-from headrace.workers.ledger import ANSWERED, Ledger, RedisLedger
+from headrace.workers.ledger import Ledger, RedisLedger
 from headrace.workers.tasks import batch_sender
 
 log = logging.getLogger(__name__)
 
-BEATS_BEFORE_DEAD = 3
 HOUSEKEEPING_INTERVAL_S = 1.0  # heartbeats, dead runners, Redis epoch
 CONTROL_INTERVAL_S = 0.05
 
@@ -117,7 +114,6 @@ class Dispatcher:
         self._announced = False
         self._epoch: str | None = None
         self._housekept = -1e9
-        self._plans: dict[str, object] = {}  # the workers' memory plans last seen (logged)
         self._assigned_ms: dict[Partition, int] = {}  # when this dispatcher got each partition
         self._paused_topics: set[str] = set()  # what the core paused, for partitions to come
         self._control_read = -1e9
@@ -129,6 +125,7 @@ class Dispatcher:
         topics = list(self.core.bucket_of_topic)
         self.transport.ensure_topics([*topics, self.core.topics.dead_letter])
         self.ledger = self._ledger or RedisLedger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
+        self.workers = WorkersWatch(self.ledger, s.buckets, s.worker_heartbeat_s)
         self.send_batch = self._send_batch or batch_sender(s)
         # straight to an idle worker first (not with a sender of the caller's: its tests')
         self.handoff = (
@@ -203,7 +200,8 @@ class Dispatcher:
         if polled and self.settings.fault_dispatcher_stall_marker is not None:
             stall_on(self.settings.fault_dispatcher_stall_marker, polled)
         if polled:
-            self.handle(RecordsRead(polled, time.time(), self._answered_before(polled)))
+            answered = answered_before(polled, self._assigned_ms, self.ledger)
+            self.handle(RecordsRead(polled, time.time(), answered))
             # a batch due now (an idle worker) goes at once rather than at the pass's end:
             # the rest of a pass (control, completions, heartbeats) took 2 ms of a lone
             # request's latency
@@ -297,27 +295,6 @@ class Dispatcher:
             log.debug("tenant limits not synced: %s", exc)
             return LimitsNotSynced(action.deltas)
 
-    def _answered_before(self, polled: Mapping[Partition, list[Record]]) -> frozenset[RequestKey]:
-        """Of the records produced before this dispatcher held their partition (the backlog
-        it took over), the requests the ledger has as answered: done at once instead of
-        sent again (one MGET; none on the normal path)."""
-        keys: list[RequestKey] = []
-        for partition, records in polled.items():
-            held_since = self._assigned_ms.get(partition)
-            for record in records:
-                if held_since is None or (record.timestamp_ms or 0) >= held_since:
-                    continue
-                key = request_key(record.value)
-                if key is not None:
-                    keys.append(key)
-        if not keys:
-            return frozenset()
-        try:
-            holders = self.ledger.holders(keys)
-        except REDIS_ERRORS:  # not known: they are sent again, and answered once anyway
-            return frozenset()
-        return frozenset(k for k, h in zip(keys, holders, strict=True) if h == ANSWERED)
-
     def _set_paused(self, topic: str, paused: bool) -> None:
         """Pause or resume ``topic``'s partitions now, and those the group assigns later."""
         if paused:
@@ -344,25 +321,13 @@ class Dispatcher:
         if now - self._control_read < CONTROL_INTERVAL_S:
             return
         self._control_read = now
-        controls = [c for c in self.control.poll() if self._signed(c)]
+        controls = self.control.poll(self.core.records_in.tenant_keys)
         keys = [(c.tenant, c.request_id) for c in controls]
         for key in keys:
             self.ledger.cancel(*key)
         if keys:
             self.handle(Cancelled(keys))
             self.control.commit()
-
-    def _signed(self, control: Control) -> bool:
-        """A cancellation of a tenant that signs its records counts only when signed by it."""
-        if signed_by(
-            self.core.records_in.tenant_keys,
-            control.tenant,
-            control.signature,
-            lambda key: control_signature(key, control.action, control.tenant, control.request_id),
-        ):
-            return True
-        log.warning("unsigned cancellation of %s/%s ignored", control.tenant, control.request_id)
-        return False
 
     def _read_completions(self) -> None:
         completions = self.ledger.take_completions(self.dispatcher_id)
@@ -381,25 +346,7 @@ class Dispatcher:
         if self._epoch is not None and epoch != self._epoch:
             self.handle(StateLost())
         self._epoch = epoch
-        live = self.ledger.live_workers(
-            self.settings.buckets, BEATS_BEFORE_DEAD * self.settings.worker_heartbeat_s
-        )
-        batch_ids = self.core.in_flight_batch_ids()
-        runners = dict(zip(batch_ids, self.ledger.runners(batch_ids), strict=True))
-        info = self.ledger.worker_info(sorted(set().union(*live.values())))
-        plans = {w: _rows(i.get("plan")) for w, i in info.items()}
-        if plans != self._plans:
-            log.info("worker plans read: %s", {w: dict(p) for w, p in sorted(plans.items())})
-            self._plans = dict(plans)
-        self.handle(
-            WorkersSeen(
-                {b: frozenset(w) for b, w in live.items()},
-                runners,
-                versions={w: str(i["version"]) for w, i in info.items() if "version" in i},
-                plans=plans,
-                slots={w: _slots(i.get("slots")) for w, i in info.items()},
-            )
-        )
+        self.handle(self.workers.read(self.core.in_flight_batch_ids()))
         for seen in self.model_watch.tick():
             self.handle(seen)
         if self.key_folder.refresh():
@@ -442,15 +389,3 @@ class Dispatcher:
             self._assigned_ms.pop(partition, None)
         self._paused_topics.clear()  # a new consumer; the core forgets its pauses too
         self.handle(PartitionsLost(partitions))
-
-
-def _slots(said: object) -> int:
-    """How many batches a worker said it holds at once (anything else: 1)."""
-    return said if isinstance(said, int) and said > 0 else 1
-
-
-def _rows(plan: object) -> dict[int, int]:
-    """A worker's plan as it said it (JSON: bucket names are strings): bucket -> rows."""
-    if not isinstance(plan, dict):
-        return {}
-    return {int(b): int(n) for b, n in plan.items() if str(b).isdigit() and int(n) > 0}
