@@ -5,7 +5,7 @@ its own actions, a tick) and returns actions (batches to send, error replies and
 letters, records forwarded to their proper bucket, commits, pauses, seeks, reply-topic
 scans), the shape of vLLM v1's scheduler. It owns the batchers, the flights, the offsets,
 bucket health, admission and routing by its own token counts (``records``, ``routing``),
-and redelivery (``recovery``).
+batches out (``departures``) and redelivery (``recovery``).
 The shell (``headrace.workers.dispatcher.io.shell``) polls, calls ``handle`` and carries the
 actions out; unit tests drive the core with events and an injected clock.
 """
@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from cachetools import FIFOCache
 
 from headrace.schemas.messages import Completion
-from headrace.schemas.params import priority_rank
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher import events as ev
@@ -27,6 +26,7 @@ from headrace.workers.dispatcher.bulk_share import BulkShare
 from headrace.workers.dispatcher.coalescing import Coalescer
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.deferrals import Deferrals
+from headrace.workers.dispatcher.departures import Departures, fair_batcher
 from headrace.workers.dispatcher.fair import FairBatcher
 from headrace.workers.dispatcher.flights import (
     DispatcherStats,
@@ -36,7 +36,6 @@ from headrace.workers.dispatcher.flights import (
 )
 from headrace.workers.dispatcher.followers import Followers
 from headrace.workers.dispatcher.health import BucketHealth
-from headrace.workers.dispatcher.lanes import next_lane
 from headrace.workers.dispatcher.observer import Observer
 from headrace.workers.dispatcher.outgoing import Outgoing
 from headrace.workers.dispatcher.quotas import Quotas
@@ -51,7 +50,6 @@ from headrace.workers.dispatcher.workload import Workload
 log = logging.getLogger(__name__)
 
 CANCELLED_REMEMBERED = 100_000
-QUANTA_PER_BATCH = 16  # a tenant's turn, by default: this share of a batch's budget
 STATE_LOG_INTERVAL_S = 10.0
 
 
@@ -86,7 +84,9 @@ class DispatcherCore:
         self.lane_of_topic[config.topics.ingress] = "online"
         self.flights = Flights(list(config.buckets))
         self.batchers: dict[tuple[int, Lane], FairBatcher[Pending]] = {
-            (b, lane): self._fair(lane, clock) for b in config.buckets for lane in LANES
+            (b, lane): fair_batcher(config, lane, clock, lambda t: self.quotas.weight(t))
+            for b in config.buckets
+            for lane in LANES
         }
         self.health = {b: BucketHealth(config.health, clock) for b in config.buckets}
         self.stats = DispatcherStats()
@@ -94,12 +94,10 @@ class DispatcherCore:
             config, self.flights, self.health, self.stats, self.observer, clock
         )
         self.workload = Workload(config.buckets, config.scaling_prior_tokens_per_s)
-        self.paused: set[tuple[int, Lane]] = set()  # (bucket, lane) whose topic is paused
         self.bulk_share = BulkShare(
             config, self.flights, clock, lambda b: bool(len(self.batchers[b, "online"]))
         )
         self.deferrals = Deferrals(clock)
-        self._turn = 0
         self.cancelled: FIFOCache[ev.RequestKey, None] = FIFOCache(maxsize=CANCELLED_REMEMBERED)
         self.live: dict[int, frozenset[str]] = {}
         self.slots: Mapping[str, int] = {}  # batches a worker holds at once (absent: 1)
@@ -108,6 +106,18 @@ class DispatcherCore:
             config, self.flights, self.versions, self.stats, self.observer, clock, wall_clock
         )
         self.refusals = Refusals()
+        self.departures = Departures(
+            config,
+            self.flights,
+            self.batchers,
+            self.bulk_share,
+            self.outgoing,
+            self.refusals,
+            self.cancelled,
+            self.stats,
+            live=lambda: self.live,
+            capacity=self._capacity,
+        )
         self.coalescer = Coalescer(config.coalesce, clock)
         self.followers = Followers(
             self.coalescer,
@@ -177,7 +187,7 @@ class DispatcherCore:
                 self._forget(list(event.partitions))
             case ev.PartitionsLost():  # a new reader: everything the old one held is gone
                 self._forget(self.flights.tracker.partitions())
-                self.paused.clear()
+                self.departures.paused.clear()
             case ev.LimitsSynced():
                 self.quotas.synced_with(event.usage, event.overrides)
             case ev.LimitsNotSynced():
@@ -210,7 +220,7 @@ class DispatcherCore:
             return False  # the unbucketed topic: what is read is forwarded at once
         lane = self.lane_of_topic[topic]
         return bool(
-            (bucket, lane) in self.paused
+            (bucket, lane) in self.departures.paused
             or self.flights.in_flight_count(bucket, lane)
             or self.flights.ready_count(bucket, lane)
             or len(self.batchers[bucket, lane])
@@ -228,13 +238,9 @@ class DispatcherCore:
         (``answering``: the shell has answers to deliver)."""
         busy = answering or self.flights.in_flight_total() or self.flights.total_ready()
         ceiling = 30 if busy else 100
-        waits = [
-            w
-            for (bucket, lane), b in self.batchers.items()
-            if (w := b.seconds_until_due(room=self._openings(bucket, lane)[1])) is not None
-        ]
-        if waits:
-            return max(1, min(ceiling, int(min(waits) * 1000)))
+        wait = self.departures.seconds_until_due()
+        if wait is not None:
+            return max(1, min(ceiling, int(wait * 1000)))
         return ceiling
 
     def final_commit(self) -> ev.Commit:
@@ -278,7 +284,8 @@ class DispatcherCore:
             f"unanswered {f.waiting_count()} (tracked offsets {f.tracker.pending_count()}): "
             f"open {sum(len(b) for b in self.batchers.values())}, ready {f.total_ready()} "
             f"batches, in flight {f.in_flight_total()} batches ({f.counts()}), "
-            f"paused buckets {sorted(self.paused)}, settling {self.recovery.settling} scans, "
+            f"paused buckets {sorted(self.departures.paused)}, "
+            f"settling {self.recovery.settling} scans, "
             f"{len(self.coalescer)} waiting on an identical request"
         )
 
@@ -287,90 +294,12 @@ class DispatcherCore:
         self._exhaust(self.recovery.check_leases(self.live), out)
         self._release_held()
         self.followers.sweep(out)
-        self._flush_due(out)
+        self.departures.flush_due(out)
         if self.quotas.due():
             out.append(ev.SyncLimits(*self.quotas.take_unsynced()))
         self._log_state()
         if (self.clock() - self._last_commit) * 1000 >= self.config.commit_interval_ms:
             out.append(self._commit(sync=False))
-
-    def _flush_due(self, out: list[ev.Action]) -> None:
-        # a rotating start: buckets whose bulk shares workers take the bulk slot in turn
-        self._turn = (self._turn + 1) % len(self.config.buckets)
-        buckets = self.config.buckets[self._turn :] + self.config.buckets[: self._turn]
-        self.bulk_share.observe_online()
-        for bucket in buckets:
-            for lane in LANES:
-                self._form(bucket, lane)
-            while (chosen := self._next_lane(bucket)) is not None:
-                pendings = self.flights.next_ready(bucket, chosen)
-                assert pendings is not None
-                if chosen == "bulk":
-                    self.bulk_share.moved(bucket)
-                if self.cancelled:  # cancelled while it waited: answered, not sent
-                    keep = [p for p in pendings if p.key not in self.cancelled]
-                    for p in pendings:
-                        if p.key in self.cancelled:
-                            self.stats.cancelled += 1
-                            out.append(self.refusals.cancelled(p, bucket))
-                    pendings = keep
-                if pendings:
-                    free = self.flights.in_flight_count(bucket) < self._capacity(bucket)
-                    out += self.outgoing.dispatch(bucket, pendings, handoff=free)
-            self.bulk_share.settled(bucket)
-            for lane in LANES:
-                self._set_paused(bucket, lane, self.batchers[bucket, lane].full(), out)
-
-    def _next_lane(self, bucket: int) -> Lane | None:
-        """The lane of the bucket's next batch out. Nothing ready: none, without the lane
-        policy's state (a scan of the buckets that share workers, every bucket twice a
-        pass: two thirds of the core's time for a lone request)."""
-        if not self.flights.ready_count(bucket):
-            return None
-        return next_lane(self.bulk_share.lanes_of(bucket, self.live), self.config.lanes)
-
-    def _form(self, bucket: int, lane: Lane) -> None:
-        """Batches of what waits in the lane's fair queues, formed as late as they can be:
-        at once while the bucket has a free slot (``idle``); a full or overdue one while
-        each live worker has at most one batch waiting for it, or the lane has none ready
-        or out (``room``: so a lane the other keeps busy still has one batch for its
-        starvation guard). So the round over the tenants is made when a worker can take
-        its outcome, not when the records were read, and no more than a batch per worker
-        waits in the queue ahead of a newcomer."""
-        batcher = self.batchers[bucket, lane]
-        while len(batcher):
-            idle, room = self._openings(bucket, lane)
-            batches = batcher.take(idle=idle, room=room)
-            for batch in batches:
-                self.flights.queue(bucket, batch)
-            if not batches:
-                return
-
-    def _openings(self, bucket: int, lane: Lane) -> tuple[bool, bool]:
-        busy = self.flights.in_flight_count(bucket) + self.flights.ready_count(bucket)
-        capacity = self._capacity(bucket)
-        workers = len(self.live.get(bucket, ()))
-        # one waiting per live worker; none seen yet (starting, or Redis away): the limit
-        ahead = capacity + workers if workers else self.config.max_inflight_batches_per_bucket
-        lane_out = self.flights.ready_count(bucket, lane) + self.flights.in_flight_count(
-            bucket, lane
-        )
-        return busy < capacity, busy < ahead or not lane_out
-
-    def _fair(self, lane: Lane, clock: Callable[[], float]) -> FairBatcher[Pending]:
-        budget = self.config.batch_tokens(lane)
-        fair = self.config.fair_share
-        return FairBatcher(
-            self.config.batcher(lane, clock),
-            tenant_of=lambda p: p.item.request.tenant if fair else "",
-            band_of_item=lambda p: priority_rank(p.item.request.priority) if fair else 0,
-            weight=lambda tenant: self.quotas.weight(tenant),
-            batch_tokens=budget,
-            max_wait_ms=self.config.max_wait_ms,
-            read_ahead_tokens=self.config.fair_read_ahead_tokens,
-            quantum=self.config.fair_quantum_tokens or max(1, budget // QUANTA_PER_BATCH),
-            clock=clock,
-        )
 
     def _capacity(self, bucket: int) -> int:
         """Batches the bucket's live workers take at once."""
@@ -382,7 +311,7 @@ class DispatcherCore:
         if flight is None:
             return
         self.flights.queue(flight.bucket, list(flight.pending.values()), front=True)
-        self._set_paused(flight.bucket, flight.lane, True, out)
+        self.departures.set_paused(flight.bucket, flight.lane, True, out)
         self.recovery.state_failed("the batch queue refused a batch")
 
     def _completions(self, completions: Sequence[Completion]) -> None:
@@ -457,15 +386,6 @@ class DispatcherCore:
         self.flights.forget(
             partitions, lambda gone: drain(gone) + held + self.coalescer.forget(gone)
         )
-
-    def _set_paused(self, bucket: int, lane: Lane, pause: bool, out: list[ev.Action]) -> None:
-        if pause == ((bucket, lane) in self.paused):
-            return
-        if pause:
-            self.paused.add((bucket, lane))
-        else:
-            self.paused.discard((bucket, lane))
-        out.append(ev.SetPaused(self.topics.requests(bucket, lane), pause))
 
     def _log_state(self) -> None:
         """Every STATE_LOG_INTERVAL_S while anything is unanswered: what it waits on."""

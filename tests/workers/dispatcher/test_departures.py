@@ -1,0 +1,49 @@
+"""Batches out of the core: how many may wait ahead of the live workers, when a batch is
+due, and a lane's topic paused once (driven through the core, with an injected clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.workers.dispatcher import events as ev
+from tests.workers.dispatcher.rig import Rig, of
+
+
+def test_a_free_slot_sends_at_once_and_one_batch_per_worker_waits_ahead() -> None:
+    rig = Rig(max_batch_tokens=16)  # a 12-token request fills a batch
+    rig.workers({16: {"w1"}, 32: set()})
+    departures = rig.core.departures
+    assert departures.openings(16, "online") == (True, True)
+    rig.read(rig.request("r1", tokens=12))
+    [first] = of(ev.SendBatch, rig.tick())  # the free slot: at once, not after its wait
+    assert first.handoff and departures.openings(16, "online") == (False, True)
+    # the worker is busy: one more batch may wait for it, not two
+    rig.read(*(rig.request(f"r{i}", tokens=12) for i in (2, 3, 4)))
+    sent = of(ev.SendBatch, rig.tick(0.05))
+    assert [len(s.batch.items) for s in sent] == [1]
+    assert not sent[0].handoff  # it queues behind the batch in flight
+    assert departures.openings(16, "online") == (False, False)
+    assert len(rig.core.batchers[16, "online"]) == 2  # the rest waits in the fair queues
+
+
+def test_the_next_due_batch_sets_how_long_the_shell_may_sleep() -> None:
+    rig = Rig()  # no worker seen yet: nothing leaves at once
+    assert rig.core.departures.seconds_until_due() is None
+    assert rig.core.poll_timeout_ms() == 100  # nothing waits, nothing out
+    rig.read(rig.request("r1", tokens=8))  # 8 of 64 tokens: waits for more or its time
+    assert not of(ev.SendBatch, rig.tick(0.005))
+    assert rig.core.departures.seconds_until_due() == pytest.approx(0.015)  # 20 ms, 5 gone
+    assert rig.core.poll_timeout_ms() in (14, 15)  # whole milliseconds, rounded down
+
+
+def test_a_lane_is_paused_and_resumed_once_each() -> None:
+    rig = Rig()
+    departures, out = rig.core.departures, []
+    departures.set_paused(16, "bulk", True, out)
+    departures.set_paused(16, "bulk", True, out)  # already paused: nothing more to say
+    departures.set_paused(16, "bulk", False, out)
+    assert out == [
+        ev.SetPaused("t.requests.b16.bulk", True),
+        ev.SetPaused("t.requests.b16.bulk", False),
+    ]
+    assert departures.paused == set()

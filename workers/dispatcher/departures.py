@@ -1,0 +1,157 @@
+"""Batches out of the dispatcher's core (no IO): formed from the lanes' fair queues as late
+as they can be, each bucket's next batch taken from the lane its policy chooses, sent by
+``Outgoing``, and a lane's topic paused while its queue holds its read-ahead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from cachetools import FIFOCache
+
+from headrace.schemas.params import priority_rank
+from headrace.schemas.topics import LANES, Lane
+from headrace.workers.dispatcher import events as ev
+from headrace.workers.dispatcher.bulk_share import BulkShare
+from headrace.workers.dispatcher.config import CoreConfig
+from headrace.workers.dispatcher.fair import FairBatcher
+from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
+from headrace.workers.dispatcher.lanes import next_lane
+from headrace.workers.dispatcher.outgoing import Outgoing
+from headrace.workers.dispatcher.refusals import Refusals
+
+QUANTA_PER_BATCH = 16  # a tenant's turn, by default: this share of a batch's budget
+
+
+def fair_batcher(
+    config: CoreConfig, lane: Lane, clock: Callable[[], float], weight: Callable[[str], float]
+) -> FairBatcher[Pending]:
+    """A lane's queue: requests wait per tenant (``weight(tenant)``: its share) and per
+    priority class, then are cut into batches by the lane's batcher (with ``fair_share``
+    off, one tenant and one class: arrival order)."""
+    budget = config.batch_tokens(lane)
+    fair = config.fair_share
+    return FairBatcher(
+        config.batcher(lane, clock),
+        tenant_of=lambda p: p.item.request.tenant if fair else "",
+        band_of_item=lambda p: priority_rank(p.item.request.priority) if fair else 0,
+        weight=weight,
+        batch_tokens=budget,
+        max_wait_ms=config.max_wait_ms,
+        read_ahead_tokens=config.fair_read_ahead_tokens,
+        quantum=config.fair_quantum_tokens or max(1, budget // QUANTA_PER_BATCH),
+        clock=clock,
+    )
+
+
+class Departures:
+    def __init__(
+        self,
+        config: CoreConfig,
+        flights: Flights,
+        batchers: Mapping[tuple[int, Lane], FairBatcher[Pending]],
+        bulk_share: BulkShare,
+        outgoing: Outgoing,
+        refusals: Refusals,
+        cancelled: FIFOCache[ev.RequestKey, None],
+        stats: DispatcherStats,
+        *,
+        live: Callable[[], Mapping[int, frozenset[str]]],
+        capacity: Callable[[int], int],
+    ) -> None:
+        """``live()``: each bucket's live workers; ``capacity(bucket)``: the batches they
+        take at once."""
+        self.config = config
+        self.flights = flights
+        self.batchers = batchers
+        self.bulk_share = bulk_share
+        self.outgoing = outgoing
+        self.refusals = refusals
+        self.cancelled = cancelled
+        self.stats = stats
+        self.live = live
+        self.capacity = capacity
+        self.paused: set[tuple[int, Lane]] = set()  # (bucket, lane) whose topic is paused
+        self._turn = 0
+
+    def flush_due(self, out: list[ev.Action]) -> None:
+        """Every batch that may leave now, to ``out``; topics paused or resumed."""
+        # a rotating start: buckets whose bulk shares workers take the bulk slot in turn
+        buckets = self.config.buckets
+        self._turn = (self._turn + 1) % len(buckets)
+        self.bulk_share.observe_online()
+        for bucket in buckets[self._turn :] + buckets[: self._turn]:
+            for lane in LANES:
+                self._form(bucket, lane)
+            while (chosen := self._next_lane(bucket)) is not None:
+                pendings = self.flights.next_ready(bucket, chosen)
+                assert pendings is not None
+                if chosen == "bulk":
+                    self.bulk_share.moved(bucket)
+                if self.cancelled:  # cancelled while it waited: answered, not sent
+                    keep = [p for p in pendings if p.key not in self.cancelled]
+                    for p in pendings:
+                        if p.key in self.cancelled:
+                            self.stats.cancelled += 1
+                            out.append(self.refusals.cancelled(p, bucket))
+                    pendings = keep
+                if pendings:
+                    free = self.flights.in_flight_count(bucket) < self.capacity(bucket)
+                    out += self.outgoing.dispatch(bucket, pendings, handoff=free)
+            self.bulk_share.settled(bucket)
+            for lane in LANES:
+                self.set_paused(bucket, lane, self.batchers[bucket, lane].full(), out)
+
+    def seconds_until_due(self) -> float | None:
+        """Until the next batch is due to be formed (None: nothing waits for a time)."""
+        waits = [
+            w
+            for (bucket, lane), b in self.batchers.items()
+            if (w := b.seconds_until_due(room=self.openings(bucket, lane)[1])) is not None
+        ]
+        return min(waits) if waits else None
+
+    def openings(self, bucket: int, lane: Lane) -> tuple[bool, bool]:
+        """(the bucket has a free slot, the lane has room for one more batch ahead)."""
+        busy = self.flights.in_flight_count(bucket) + self.flights.ready_count(bucket)
+        capacity = self.capacity(bucket)
+        workers = len(self.live().get(bucket, ()))
+        # one waiting per live worker; none seen yet (starting, or Redis away): the limit
+        ahead = capacity + workers if workers else self.config.max_inflight_batches_per_bucket
+        lane_out = self.flights.ready_count(bucket, lane) + self.flights.in_flight_count(
+            bucket, lane
+        )
+        return busy < capacity, busy < ahead or not lane_out
+
+    def set_paused(self, bucket: int, lane: Lane, pause: bool, out: list[ev.Action]) -> None:
+        if pause == ((bucket, lane) in self.paused):
+            return
+        if pause:
+            self.paused.add((bucket, lane))
+        else:
+            self.paused.discard((bucket, lane))
+        out.append(ev.SetPaused(self.config.topics.requests(bucket, lane), pause))
+
+    def _next_lane(self, bucket: int) -> Lane | None:
+        """The lane of the bucket's next batch out. Nothing ready: none, without the lane
+        policy's state (a scan of the buckets that share workers, every bucket twice a
+        pass: two thirds of the core's time for a lone request)."""
+        if not self.flights.ready_count(bucket):
+            return None
+        return next_lane(self.bulk_share.lanes_of(bucket, self.live()), self.config.lanes)
+
+    def _form(self, bucket: int, lane: Lane) -> None:
+        """Batches of what waits in the lane's fair queues, formed as late as they can be:
+        at once while the bucket has a free slot (``idle``); a full or overdue one while
+        each live worker has at most one batch waiting for it, or the lane has none ready
+        or out (``room``: so a lane the other keeps busy still has one batch for its
+        starvation guard). So the round over the tenants is made when a worker can take
+        its outcome, not when the records were read, and no more than a batch per worker
+        waits in the queue ahead of a newcomer."""
+        batcher = self.batchers[bucket, lane]
+        while len(batcher):
+            idle, room = self.openings(bucket, lane)
+            batches = batcher.take(idle=idle, room=room)
+            for batch in batches:
+                self.flights.queue(bucket, batch)
+            if not batches:
+                return
