@@ -361,6 +361,14 @@ class Completion(_Message):
     compute_ms: float = 0.0
 
 
+def batch_body(batch: Batch) -> str:
+    """A batch as its task carries it (Celery's message, the hand-off's inbox), the fields
+    left at their defaults left out: the worker reads it back as the same batch. Measured
+    with callgrind (docs/benchmarks.md): a third fewer bytes, and 14-17% fewer instructions
+    a request in the dispatcher's Celery send."""
+    return batch.model_dump_json(exclude_defaults=True)
+
+
 def final_reply(value: bytes) -> Reply | None:
     """A reply topic's record as a final Reply; None for a StreamDelta or anything that is
     not a reply (what a reader counting answers skips)."""

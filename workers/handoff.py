@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import redis
 
-from headrace.schemas.messages import Batch
+from headrace.schemas.messages import Batch, batch_body
 
 TOKEN_MS = 2_000  # an idle worker's token lives this long unless set again
 INBOX_MS = 120_000  # a dead worker's inbox is dropped this long after its last batch
@@ -90,7 +90,7 @@ class HandOff:
 
     def offer(self, batch: Batch, queue: str) -> str | None:
         """The worker the batch went to, or None (no worker of ``queue`` is idle)."""
-        entry = f"{queue}\n{batch.model_dump_json()}"
+        entry = f"{queue}\n{batch_body(batch)}"
         worker = self._offer(
             keys=[_index(self.prefix, queue)],
             args=[_base(self.prefix), entry, INBOX_MS, random.randrange(1 << 30)],

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
@@ -10,15 +11,21 @@ from pydantic import ValidationError
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.export import export_schemas
 from headrace.schemas.messages import (
+    Batch,
+    BatchItem,
+    CacheDirective,
+    Degraded,
     EmbeddingResult,
     GenerationResult,
+    RecordRef,
     Reply,
     Request,
     StreamDelta,
     Usage,
+    batch_body,
     parse_reply_record,
 )
-from headrace.schemas.params import GenerateParams
+from headrace.schemas.params import GenerateParams, ScoreParams
 from headrace.schemas.tenants import TenantNameError, check_tenant
 
 
@@ -184,3 +191,53 @@ def test_an_embedding_comes_as_numbers_or_as_float32_bytes_and_reads_the_same() 
         EmbeddingResult(token_count=3)  # neither
     with pytest.raises(ValidationError):
         EmbeddingResult(embedding=[1.0], embedding_base64="AACAPw==", token_count=1)  # both
+
+
+def test_a_batch_body_leaves_defaults_out_and_reads_back_as_the_same_batch() -> None:
+    ref = RecordRef(topic="p.requests.b16", partition=1, offset=7)
+    deadline = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    requests = [
+        request(),  # every field it can leave at its default
+        request(task="generate", params=GenerateParams(), session_id="s-1"),  # default params
+        request(task="generate", params=GenerateParams(max_tokens=64, temperature=0.7, seed=3)),
+        request(task="rerank", input_pair="a document", params=ScoreParams(truncate=True)),
+        request(
+            deadline=deadline,
+            priority="batch",
+            vector_encoding="base64",
+            token_count=0,  # a falsy value that is not the default (None)
+            routing_key="k",
+            cache=CacheDirective(tags=["doc:1"], generations={"tag:acme:doc:1": 0}),
+            params={"truncate": False, "normalize": False},
+        ),
+    ]
+    items = [BatchItem(request=r, ref=ref, arrived_at=0.0) for r in requests] + [
+        BatchItem(
+            request=request(),
+            ref=ref,
+            arrived_at=1.5,
+            traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            compare_with="v1",
+            degraded=Degraded(rung="fallback_version", reason="no_workers"),
+        )
+    ]
+    batch = Batch(
+        batch_id="b-1",
+        bucket=16,
+        dispatcher_id="d1",
+        attempt=2,
+        dispatched_at=1.0,
+        items=items,
+        lane="bulk",
+        model_version="v2",
+        shadow=True,
+    )
+    body = batch_body(batch)
+    assert Batch.model_validate_json(body) == batch
+    assert Batch.model_validate_json(batch_body(batch.model_copy(update={"attempt": 1}))) == (
+        batch.model_copy(update={"attempt": 1})
+    )
+    first = json.loads(body)["items"][0]["request"]
+    assert "input_pair" not in first and "signature" not in first and "params" not in first
+    assert "created_at" in first  # made when the request was, not a default to fill again
+    assert len(body) < 0.8 * len(batch.model_dump_json())
