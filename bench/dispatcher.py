@@ -43,7 +43,7 @@ from headrace.models.tokenizer import count_with, tokenizer_for
 from headrace.ops.localstack import LocalStack
 from headrace.ops.sample_texts import long_tail_texts
 from headrace.schemas.buckets import bucket_for
-from headrace.schemas.messages import Completion, Request
+from headrace.schemas.messages import Completion, Request, request_body
 from headrace.schemas.params import EmbedParams
 from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
@@ -99,7 +99,7 @@ def records_of(settings: Settings, count: int) -> list[Record]:
             token_count=tokens,
         )
         tp = (topics.requests(bucket_for(tokens, settings.buckets)), i % PARTITIONS)
-        value = request.model_dump_json().encode()
+        value = request_body(request)  # as the SDK produces it
         out.append(Record(tp[0], tp[1], offsets[tp], request.request_id.encode(), value, ()))
         offsets[tp] += 1
     return out

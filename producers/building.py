@@ -27,7 +27,7 @@ from headrace.schemas.errors import (
     RequestTooLargeError,
     input_too_long,
 )
-from headrace.schemas.messages import SCORED, CacheDirective, Request
+from headrace.schemas.messages import SCORED, CacheDirective, Request, request_body
 from headrace.schemas.params import EmbedParams, GenerateParams, Priority, ScoreParams
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ class RequestBuilding:
             # token id at most 11 (ten digits and a comma)
             most = len(text) * 6 + len(given[i] or ()) * 11 + ENVELOPE_BYTES
             if most > self.config.max_request_bytes:
-                size = len(request.model_dump_json())
+                size = len(request_body(request))
                 if size > self.config.max_request_bytes:
                     raise RequestTooLargeError(
                         f"text {i} makes a {size}-byte request; the limit is "

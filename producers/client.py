@@ -67,7 +67,7 @@ from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
 )
-from headrace.schemas.messages import Reply, Request
+from headrace.schemas.messages import Reply, Request, request_body
 from headrace.schemas.signing import request_signature, tenant_key
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
@@ -296,7 +296,7 @@ class Client(RequestBuilding, TaskMixin, GenerationMixin, CancelMixin):
         with self._produce_lock:
             self._producer.send(
                 topic,
-                request.model_dump_json().encode(),
+                request_body(request),
                 key=record_key(request),
                 headers=headers_of(traceparent),
             )

@@ -361,6 +361,14 @@ class Completion(_Message):
     compute_ms: float = 0.0
 
 
+def request_body(request: Request) -> bytes:
+    """A request record's value as the SDK produces it, the fields left at their defaults
+    left out: the dispatcher reads the same request back (a signature covers the request's
+    full JSON, made again from what was read). Measured with callgrind (docs/benchmarks.md):
+    a third fewer bytes, and 17% fewer instructions in the dispatcher's parse."""
+    return request.model_dump_json(exclude_defaults=True).encode()
+
+
 def batch_body(batch: Batch) -> str:
     """A batch as its task carries it (Celery's message, the hand-off's inbox), the fields
     left at their defaults left out: the worker reads it back as the same batch. Measured

@@ -24,8 +24,10 @@ from headrace.schemas.messages import (
     Usage,
     batch_body,
     parse_reply_record,
+    request_body,
 )
 from headrace.schemas.params import GenerateParams, ScoreParams
+from headrace.schemas.signing import request_signature
 from headrace.schemas.tenants import TenantNameError, check_tenant
 
 
@@ -241,3 +243,19 @@ def test_a_batch_body_leaves_defaults_out_and_reads_back_as_the_same_batch() -> 
     assert "input_pair" not in first and "signature" not in first and "params" not in first
     assert "created_at" in first  # made when the request was, not a default to fill again
     assert len(body) < 0.8 * len(batch.model_dump_json())
+
+
+def test_a_request_record_leaves_defaults_out_and_its_signature_still_verifies() -> None:
+    unsigned = request(task="generate", params=GenerateParams(max_tokens=8), session_id="s-1")
+    signed = unsigned.model_copy(
+        update={"signature": request_signature(b"acme-key", unsigned.signable())}
+    )
+    body = request_body(signed)
+    read = Request.model_validate_json(body)
+    assert read == signed
+    # what the dispatcher checks: the signature over the full JSON made from what it read
+    assert read.signature == request_signature(b"acme-key", read.signable())
+    fields = json.loads(body)
+    assert "input_pair" not in fields and "priority" not in fields
+    assert fields["params"] == {"max_tokens": 8}
+    assert len(body) < 0.8 * len(signed.model_dump_json())
