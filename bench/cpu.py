@@ -44,7 +44,8 @@ class Split:
     cores: int  # of the machine
     during_b: Mapping[str, float]  # cores each process kept busy during (b)
     loops_cores: float  # cores the raw loops kept busy during (a')
-    per_cpu: float  # the workers' useful tokens per CPU second / the loops'
+    workers_tokens_per_cpu_s: float  # useful tokens the workers made of a CPU second in (b)
+    loops_tokens_per_cpu_s: float  # ... and the loops in (a')
 
     @classmethod
     def of(
@@ -58,17 +59,24 @@ class Split:
     ) -> Split:
         """``cpu_s``: each process's CPU seconds during (b), its workers named worker-*;
         ``wall_s``, ``real_tokens``: (b)'s; the loops' tokens/s and tokens per CPU second."""
-        workers_s = sum(s for name, s in cpu_s.items() if name.startswith("worker"))
+        during_b = cores_busy(cpu_s, wall_s)
+        workers_s = _workers(during_b) * wall_s
         return cls(
             cores=cores or os.cpu_count() or 1,
-            during_b=cores_busy(cpu_s, wall_s),
+            during_b=during_b,
             loops_cores=loops_tokens_per_s / loops_tokens_per_cpu_s,
-            per_cpu=real_tokens / max(workers_s, 1e-9) / loops_tokens_per_cpu_s,
+            workers_tokens_per_cpu_s=real_tokens / max(workers_s, 1e-9),
+            loops_tokens_per_cpu_s=loops_tokens_per_cpu_s,
         )
 
     @property
     def workers_cores(self) -> float:
-        return sum(c for name, c in self.during_b.items() if name.startswith("worker"))
+        return _workers(self.during_b)
+
+    @property
+    def per_cpu(self) -> float:
+        """The workers' useful tokens per CPU second against the loops'."""
+        return self.workers_tokens_per_cpu_s / self.loops_tokens_per_cpu_s
 
     @property
     def others(self) -> dict[str, float]:
@@ -87,3 +95,8 @@ class Split:
     def ratio(self) -> float:
         """(b)/(a'), from its two parts."""
         return self.share * self.per_cpu
+
+
+def _workers(cores: Mapping[str, float]) -> float:
+    """The cores the workers (processes named worker-*) kept busy, together."""
+    return sum(c for name, c in cores.items() if name.startswith("worker"))

@@ -272,10 +272,10 @@ def main(
             raw_parallel.tokens_per_s,
             raw_parallel.tokens_per_cpu_s,
         )
-        per_cpu = split.per_cpu * raw_parallel.tokens_per_cpu_s
         table.add_row(
             "    useful tokens per CPU second: workers in (b) / loops in (a')",
-            f"{per_cpu:,.0f} / {raw_parallel.tokens_per_cpu_s:,.0f} = {split.per_cpu:.3f}",
+            f"{split.workers_tokens_per_cpu_s:,.0f} / {split.loops_tokens_per_cpu_s:,.0f} = "
+            f"{split.per_cpu:.3f}",
         )
         table.add_row(
             "    = cores the workers got in (b) / the loops in (a') x that",

@@ -29,10 +29,10 @@ class ControlReader:
         self._partitions: list[Partition] = self._reader.assign([topic], start="committed")
         self._dirty = False
 
-    def poll(self, tenant_keys: Keys | None = None) -> list[Control]:
-        """Control records that arrived since the last call; never blocks. With
-        ``tenant_keys``, a record of a tenant that signs its records counts only when signed
-        by it (the others are logged and left out)."""
+    def poll(self, tenant_keys: Keys) -> list[Control]:
+        """Control records that arrived since the last call; never blocks. A record of a
+        tenant that signs its records (``tenant_keys``) counts only when signed by it (the
+        others are logged and left out)."""
         out: list[Control] = []
         for records in self._reader.poll(timeout_ms=0).values():
             for record in records:
@@ -41,7 +41,7 @@ class ControlReader:
                 except ValidationError as exc:
                     log.warning("unreadable control record at offset %d: %s", record.offset, exc)
                 else:
-                    if tenant_keys is None or _signed(control, tenant_keys):
+                    if _signed(control, tenant_keys):
                         out.append(control)
                 self._dirty = True
         return out
