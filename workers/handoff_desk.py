@@ -42,6 +42,7 @@ class Desk:
         self.wait_s = wait_s
         self.handled = 0
         self._tasks = 0  # Celery tasks running
+        self._computing = False  # a batch handed over runs on the desk's thread
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="handoff", daemon=True)
@@ -59,8 +60,17 @@ class Desk:
                 log.debug("hand-off token not taken back", exc_info=True)
 
     def task_ended(self) -> None:
+        """Idle again at once when the last task ends and nothing handed over computes: the
+        desk may still be in its wait on the inbox (up to ``wait_s``), which takes a batch
+        handed over now as soon as it comes. Lone requests a few ms apart each went by
+        Celery while the worker waited out that wait without a token."""
         with self._lock:
             self._tasks -= 1
+            if not self._tasks and not self._computing and not self._stop.is_set():
+                try:
+                    self.inbox.ready(TOKEN_MS)
+                except REDIS_ERRORS:  # the desk's own wait sets it again
+                    log.debug("hand-off token not set again", exc_info=True)
             self._lock.notify_all()
 
     def close(self) -> None:
@@ -87,10 +97,15 @@ class Desk:
             if entry is None:
                 continue
             self.handled += 1
+            with self._lock:
+                self._computing = True
             try:
                 self.run(entry)
             except Exception:  # the batch's requests are the dispatcher's to send again
                 log.exception("a batch handed over failed")
+            finally:
+                with self._lock:
+                    self._computing = False
 
     def _wait(self) -> Entry | None:
         """Idle once no task runs, then the next batch handed over (None: none came)."""

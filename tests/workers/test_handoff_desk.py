@@ -66,3 +66,29 @@ def test_the_desk_is_idle_between_tasks_runs_what_it_is_handed_and_gives_back_th
     assert ran == [first, second, third]
     assert [(e.queue, e.batch()) for e in given_back] == [("q", left)]
     assert desk.handled == 3
+
+
+def test_the_desk_is_idle_again_the_moment_a_celery_task_ends(
+    client: redis.Redis, prefix: str
+) -> None:
+    offers = HandOff(client, prefix)
+    ran: list[Batch] = []
+    # a long wait on the inbox: without being set idle when the task ends, the worker would
+    # stay without a token until this wait is over
+    desk = Desk(
+        Inbox(client, prefix, "w1", ["q"]),
+        lambda e: ran.append(e.batch()),
+        lambda _: None,
+        wait_s=5.0,
+    )
+    desk.start()
+    try:
+        eventually(lambda: client.exists(f"{prefix}:handoff:token:w1"), timeout_s=5)
+        desk.task_started()  # a lone request came by Celery
+        assert offers.offer(batch(prefix), "q") is None
+        desk.task_ended()
+        handed = batch(prefix)
+        assert offers.offer(handed, "q") == "w1"  # at once, not after the desk's wait
+        assert eventually(lambda: ran == [handed], timeout_s=2)
+    finally:
+        desk.close()
