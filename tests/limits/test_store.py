@@ -4,12 +4,13 @@ backlog over every fresh dispatcher, and the gate before producing."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import pytest
 
 from headrace import connections
 from headrace.config.settings import Settings
-from headrace.limits.gate import Gate
+from headrace.limits.gate import STALE_S, Gate
 from headrace.limits.policy import TenantLimits, TenantUsage
 from headrace.limits.store import BACKLOG_FORGOTTEN_S, BucketBacklog, LimitsStore
 from headrace.ops.localstack import LocalStack
@@ -81,7 +82,8 @@ def test_the_gate_refuses_what_is_already_over_and_lets_the_rest_through(
     settings: Settings, store: LimitsStore
 ) -> None:
     wall = [WALL + 0.5]
-    gate = Gate(store.redis, settings, wall_clock=lambda: wall[0])
+    # reads run again at once, in the check (the next test: beside it)
+    gate = Gate(store.redis, settings, wall_clock=lambda: wall[0], refresh_in=lambda job: job())
     gate.check("acme", 16, 10, "online")  # nothing published, no limits: through
     store.publish_backlog("d1", {16: BucketBacklog(100, 0.05), 32: BucketBacklog(3, 0.05)}, WALL)
     gate.check("acme", 16, 10, "online")  # what it read is kept for a moment
@@ -112,6 +114,32 @@ def test_the_gate_refuses_what_is_already_over_and_lets_the_rest_through(
     with pytest.raises(OverloadedError) as shed:  # a sheddable one: past half the bound
         gate.check("globex", 32, 10, "online", sheddable=True)
     assert "sheddable" in str(shed.value)
+
+
+def test_the_gate_reads_again_beside_its_checks(settings: Settings, store: LimitsStore) -> None:
+    """Past its moment a read is served while it is read again on the side; only one unread
+    for STALE_S is waited for."""
+    wall = [WALL + 0.5]
+    queued: list[Callable[[], None]] = []
+    gate = Gate(store.redis, settings, wall_clock=lambda: wall[0], refresh_in=queued.append)
+    gate.check("acme", 16, 10, "online")  # read while the check waits: nothing there
+    store.publish_backlog("d1", {16: BucketBacklog(100, 0.05)}, wall[0])
+    store.set_limits("acme", TenantLimits(requests_per_s=1))
+    store.sync({"acme": TenantUsage(requests={int(wall[0]): 1})}, [], wall[0])
+    wall[0] += 0.6
+    gate.check("acme", 16, 10, "online")  # what it read before, and two reads queued
+    gate.check("acme", 16, 10, "online")  # no second reload of a key while one is queued
+    assert len(queued) == 2
+    for job in queued:
+        job()
+    with pytest.raises(OverloadedError):
+        gate.check("acme", 16, 10, "online")
+    with pytest.raises(RateLimitedError):
+        gate.check("acme", 32, 10, "online")
+    store.clear_limits("acme")
+    wall[0] += STALE_S + 0.1  # unchecked that long: the check waits for a read
+    gate.check("acme", 32, 10, "online")
+    assert len(queued) == 2
 
 
 def test_the_gate_opens_when_redis_is_away(settings: Settings) -> None:

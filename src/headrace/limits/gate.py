@@ -3,9 +3,12 @@ online request to a bucket past its backlog bound, or of a tenant already over i
 from the counts the dispatchers keep in Redis. It only reads: the dispatchers count and
 enforce, so a request this lets through past a limit is still refused there.
 
-What it reads is cached briefly (``BACKLOG_CACHE_S``, ``TENANT_CACHE_S``). Redis out of
-reach opens the gate for ``OPEN_AFTER_ERROR_S`` (the dispatcher still enforces): a check
-never fails or slows a request for want of Redis.
+What it reads is kept briefly (``BACKLOG_CACHE_S``, ``TENANT_CACHE_S``) and then read again
+on a thread of its own while checks go on with what was read (``limits/refreshed.py``): a
+check waits for Redis only for a tenant it has not seen for ``STALE_S`` (a lone request's
+latency had a Redis round trip in it every other request). Redis out of reach opens the
+gate for ``OPEN_AFTER_ERROR_S`` (the dispatcher still enforces): a check never fails or
+slows a request for want of Redis.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
-from cachetools import TTLCache
 
 from headrace.config.settings import Settings
 from headrace.connections import REDIS_ERRORS
 from headrace.limits.policy import TenantLimits, TenantUsage, overloaded, refusal, shed_bound
+from headrace.limits.refreshed import Refresh, Refreshed
 from headrace.limits.store import BucketBacklog, LimitsStore
 from headrace.schemas.errors import (
     ErrorCode,
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 
 BACKLOG_CACHE_S = 0.5
 TENANT_CACHE_S = 0.1
+STALE_S = 2.0  # older than this (unchecked that long), a read is waited for
 OPEN_AFTER_ERROR_S = 10.0
 
 _RAISED: dict[ErrorCode, type[LimitedError]] = {
@@ -55,22 +60,31 @@ class Gate:
         client: redis.Redis,
         settings: Settings,
         wall_clock: Callable[[], float] = time.time,
+        refresh_in: Refresh | None = None,
     ) -> None:
+        """``refresh_in``: runs a read again beside the checks (by default on a thread of
+        the gate's own)."""
         self.settings = settings
         self.store = LimitsStore(client, settings.topic_prefix, settings.quota_window_s)
         self.wall_clock = wall_clock
         self.defaults = TenantLimits(
             settings.tenant_requests_per_s, settings.tenant_tokens_per_window
         )
-        self._backlogs: TTLCache[str, dict[int, BucketBacklog]] = TTLCache(
-            1, BACKLOG_CACHE_S, timer=wall_clock
+        self._pool: ThreadPoolExecutor | None = None
+        if refresh_in is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="limits-gate")
+            refresh_in = self._pool.submit
+        self._backlogs: Refreshed[str, dict[int, BucketBacklog]] = Refreshed(
+            BACKLOG_CACHE_S, STALE_S, refresh_in, wall_clock, maxsize=1
         )
-        self._tenants: TTLCache[str, tuple[TenantLimits, TenantUsage]] = TTLCache(
-            10_000, TENANT_CACHE_S, timer=wall_clock
+        self._tenants: Refreshed[str, tuple[TenantLimits, TenantUsage]] = Refreshed(
+            TENANT_CACHE_S, STALE_S, refresh_in, wall_clock
         )
         self._open_until = 0.0
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self.store.redis.close()
 
     def check(
@@ -98,20 +112,17 @@ class Gate:
         full = self.settings.backlog_bound(bucket)
         bound = shed_bound(full, sheddable) if full is not None else None
         if bound is not None:
-            # read once into a local: an entry can expire between a check and a read
-            backlogs = self._backlogs.get("all")
-            if backlogs is None:
-                backlogs = self._backlogs["all"] = self.store.backlogs(wall)
+            backlogs = self._backlogs.get("all", lambda: self.store.backlogs(self.wall_clock()))
             seen = backlogs.get(bucket)
             if seen is not None and seen.backlog >= bound:
                 drain = (seen.backlog - bound + 1) * seen.drain_s
                 return overloaded(bucket, seen.backlog, bound, drain, sheddable)
-        known = self._tenants.get(tenant)
-        if known is None:
-            limits = self.store.overrides().get(tenant, self.defaults)
-            usage = self.store.usage(tenant, wall) if limits.limited else TenantUsage()
-            known = self._tenants[tenant] = (limits, usage)
-        limits, usage = known
+        limits, usage = self._tenants.get(tenant, lambda: self._read_tenant(tenant))
         if not limits.limited:
             return None
         return refusal(limits, usage, wall, self.settings.quota_window_s, tokens)
+
+    def _read_tenant(self, tenant: str) -> tuple[TenantLimits, TenantUsage]:
+        limits = self.store.overrides().get(tenant, self.defaults)
+        usage = self.store.usage(tenant, self.wall_clock()) if limits.limited else TenantUsage()
+        return limits, usage

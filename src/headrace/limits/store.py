@@ -75,13 +75,14 @@ class LimitsStore:
         version = self.redis.get(self._version_key)  # None until the first edit: none yet
         if version != self._overrides_version:
             raw = self.redis.hgetall(self._limits_key)
-            self._overrides = {}
+            read: dict[str, TenantLimits] = {}
             for tenant, value in raw.items():
                 try:
-                    self._overrides[_text(tenant)] = TenantLimits(**json.loads(_text(value)))
+                    read[_text(tenant)] = TenantLimits(**json.loads(_text(value)))
                 except (ValueError, TypeError) as exc:  # hand-edited: that tenant's defaults
                     log.warning("limits of %r unreadable (%s): the defaults apply", tenant, exc)
-            self._overrides_version = version
+            # whole at once: a reader on another thread (the gate's reload) sees old or new
+            self._overrides, self._overrides_version = read, version
             log.info("tenant limits read: %s", ", ".join(sorted(self._overrides)) or "none")
         return dict(self._overrides)
 
