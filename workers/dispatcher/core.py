@@ -150,6 +150,7 @@ class DispatcherCore:
         )
         self._last_commit = clock()
         self._state_logged = clock()
+        self._counts_seen = -1  # flights.counts_changed when the in-flight gauge was set
 
     # --- the one entry point ---------------------------------------------------------------
     def handle(self, event: ev.Event) -> list[ev.Action]:
@@ -204,7 +205,9 @@ class DispatcherCore:
                 self._tick(out)
         if self.followers.active:
             self.followers.after(out)
-        self.observer.in_flight(self.flights.counts())
+        if self._counts_seen != self.flights.counts_changed:  # the gauge, when it moved
+            self._counts_seen = self.flights.counts_changed
+            self.observer.in_flight(self.flights.counts())
         return [a for a in out if not (isinstance(a, ev.Commit) and not a.offsets)]
 
     # --- what the shell asks -----------------------------------------------------------------

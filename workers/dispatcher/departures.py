@@ -80,26 +80,39 @@ class Departures:
         self._turn = (self._turn + 1) % len(buckets)
         self.bulk_share.observe_online()
         for bucket in buckets[self._turn :] + buckets[: self._turn]:
-            for lane in LANES:
-                self._form(bucket, lane)
-            while (chosen := self._next_lane(bucket)) is not None:
-                pendings = self.flights.next_ready(bucket, chosen)
-                assert pendings is not None
-                if chosen == "bulk":
-                    self.bulk_share.moved(bucket)
-                if self.cancelled:  # cancelled while it waited: answered, not sent
-                    keep = [p for p in pendings if p.key not in self.cancelled]
-                    for p in pendings:
-                        if p.key in self.cancelled:
-                            self.stats.cancelled += 1
-                            out.append(self.refusals.cancelled(p, bucket))
-                    pendings = keep
-                if pendings:
-                    free = self.flights.in_flight_count(bucket) < self.capacity(bucket)
-                    out += self.outgoing.dispatch(bucket, pendings, handoff=free)
+            if self._holds(bucket):  # else nothing to form or send (most buckets, most passes)
+                self._depart(bucket, out)
             self.bulk_share.settled(bucket)
             for lane in LANES:
                 self.set_paused(bucket, lane, self.batchers[bucket, lane].full(), out)
+
+    def _holds(self, bucket: int) -> bool:
+        """Whether ``bucket`` has requests waiting in a lane's queue or batches ready."""
+        return bool(
+            self.flights.ready_count(bucket)
+            or len(self.batchers[bucket, "online"])
+            or len(self.batchers[bucket, "bulk"])
+        )
+
+    def _depart(self, bucket: int, out: list[ev.Action]) -> None:
+        """The bucket's batches formed, and those that may leave sent."""
+        for lane in LANES:
+            self._form(bucket, lane)
+        while (chosen := self._next_lane(bucket)) is not None:
+            pendings = self.flights.next_ready(bucket, chosen)
+            assert pendings is not None
+            if chosen == "bulk":
+                self.bulk_share.moved(bucket)
+            if self.cancelled:  # cancelled while it waited: answered, not sent
+                keep = [p for p in pendings if p.key not in self.cancelled]
+                for p in pendings:
+                    if p.key in self.cancelled:
+                        self.stats.cancelled += 1
+                        out.append(self.refusals.cancelled(p, bucket))
+                pendings = keep
+            if pendings:
+                free = self.flights.in_flight_count(bucket) < self.capacity(bucket)
+                out += self.outgoing.dispatch(bucket, pendings, handoff=free)
 
     def seconds_until_due(self) -> float | None:
         """Until the next batch is due to be formed (None: nothing waits for a time)."""

@@ -85,6 +85,7 @@ class Flights:
         }
         self._in_flight: dict[str, InFlight] = {}
         self._counted: Counter[tuple[int, Lane]] = Counter()
+        self.counts_changed = 0  # moves with each change of ``counts()``
         self.on_finish: Callable[[RefKey], None] | None = None  # each record answered
 
     # --- requests -------------------------------------------------------------------------
@@ -133,8 +134,11 @@ class Flights:
         return ready.popleft() if ready else None
 
     def ready_count(self, bucket: int, lane: Lane | None = None) -> int:
-        lanes = LANES if lane is None else (lane,)
-        return sum(len(self._ready[bucket, each]) for each in lanes)
+        # asked a few dozen times a pass (every bucket, both lanes): no generator
+        if lane is not None:
+            return len(self._ready[bucket, lane])
+        ready = self._ready
+        return len(ready[bucket, "online"]) + len(ready[bucket, "bulk"])
 
     def total_ready(self) -> int:
         return sum(len(q) for q in self._ready.values())
@@ -143,6 +147,7 @@ class Flights:
     def send_out(self, batch_id: str, flight: InFlight) -> None:
         self._in_flight[batch_id] = flight
         self._counted[flight.bucket, flight.lane] += 1
+        self.counts_changed += 1
 
     def get(self, batch_id: str) -> InFlight | None:
         return self._in_flight.get(batch_id)
@@ -163,6 +168,7 @@ class Flights:
         if flight.counted:
             flight.counted = False
             self._counted[flight.bucket, flight.lane] -= 1
+            self.counts_changed += 1
 
     def in_flight(self) -> dict[str, InFlight]:
         """A copy: callers may take batches out while they go through it."""
@@ -172,8 +178,10 @@ class Flights:
         return len(self._in_flight)
 
     def in_flight_count(self, bucket: int, lane: Lane | None = None) -> int:
-        lanes = LANES if lane is None else (lane,)
-        return sum(self._counted[bucket, each] for each in lanes)
+        counted = self._counted
+        if lane is not None:
+            return counted[bucket, lane]
+        return counted[bucket, "online"] + counted[bucket, "bulk"]
 
     def unanswered_rows(self, bucket: int, lane: Lane) -> int:
         """Requests of ``bucket``'s ``lane`` in batches ready or out, not yet answered."""

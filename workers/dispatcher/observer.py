@@ -15,7 +15,8 @@ class Observer:
         """A batch was sent to the bucket's queue."""
 
     def in_flight(self, batches: Mapping[int, int]) -> None:
-        """Batches in flight per bucket, after each event."""
+        """Batches in flight per bucket: after the first event, then after each that changed
+        them."""
 
     def redispatched(self) -> None:
         """A batch was sent again (lease, dead worker)."""

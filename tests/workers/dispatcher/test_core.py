@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from headrace.schemas.signing import request_signature
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.health import HealthPolicy
+from headrace.workers.dispatcher.observer import Observer
 from tests.workers.dispatcher.rig import MODEL, TOPICS, Rig, count_words, ids, of, ref
 
 P16 = (TOPICS.requests(16), 0)
@@ -593,3 +595,30 @@ def test_with_packing_a_mixed_bucket_goes_out_in_batches_of_similar_length() -> 
     assert sorted(len(ids(s)) for s in sends) == [6, 6]
     assert sorted(max(s.lengths) for s in sends) == [4, 16]
     assert sum(s.padded_tokens for s in sends) == 6 * 4 + 6 * 16  # arrival order: 12 x 16
+
+
+# --- what the core tells its observer ----------------------------------------------------------
+
+
+class InFlightSeen(Observer):
+    def __init__(self) -> None:
+        self.seen: list[dict[int, int]] = []
+
+    def in_flight(self, batches: Mapping[int, int]) -> None:
+        self.seen.append(dict(batches))
+
+
+def test_the_in_flight_gauge_is_set_when_it_moves_and_not_on_every_event() -> None:
+    rig = Rig()
+    seen = rig.core.observer = InFlightSeen()
+    rig.workers()
+    assert seen.seen == [{16: 0, 32: 0}]  # the first event sets it
+    rig.tick(0.01)
+    rig.read(rig.request("r1"))
+    assert len(seen.seen) == 1  # nothing went out: not set again
+    [send] = of(ev.SendBatch, rig.tick())
+    assert seen.seen[-1] == {16: 1, 32: 0}
+    rig.tick(0.01)
+    assert len(seen.seen) == 2
+    rig.complete(send)
+    assert seen.seen[-1] == {16: 0, 32: 0} and len(seen.seen) == 3
