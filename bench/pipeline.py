@@ -14,7 +14,10 @@
     settings, for the request (as many topics as the dispatcher reads) and the reply
     (bench/broker_floor.py)
 
-    python -m bench.pipeline [--count 600] [--lone 50] [--quiet 5]
+Replies carry the vectors as float32 bytes (base64), as ``Client.embed`` and the gateway ask
+(``--floats``: as JSON numbers, a request's default when it does not ask).
+
+    python -m bench.pipeline [--count 600] [--lone 50] [--quiet 5] [--floats]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import typer
 from rich.console import Console
@@ -82,12 +86,15 @@ class LoneLegs:
     after_quiet_ms: list[float]  # latency - compute of a request after QUIET_S of silence
 
 
+VectorEncoding = Literal["float", "base64"]
 QUIET_S = 2.0  # past the fetch-wait grace period (1 s)
 
 
-def _overhead_ms(client: Client, text: str) -> tuple[float, Reply]:
+def _overhead_ms(
+    client: Client, text: str, vector_encoding: VectorEncoding = "base64"
+) -> tuple[float, Reply]:
     t0 = time.perf_counter()
-    reply = client.submit(text).result(60)
+    reply = client.submit(text, vector_encoding=vector_encoding).result(60)
     total_ms = (time.perf_counter() - t0) * 1000
     assert reply.timings is not None
     return total_ms - reply.timings.compute_ms, reply
@@ -120,9 +127,11 @@ def run_pipeline(
     lone: int = 0,
     quiet: int = 0,
     scrape_every_s: float | None = None,
+    vector_encoding: VectorEncoding = "base64",
 ) -> tuple[RunResult, LoneLegs]:
     """``scrape_every_s``: the processes serve /metrics and are scraped that often (as
-    Prometheus would) while the run lasts."""
+    Prometheus would) while the run lasts. ``vector_encoding``: how the replies carry the
+    vectors (``base64``: float32 bytes, as ``Client.embed`` asks; ``float``: JSON numbers)."""
     os.environ.update(env)
     settings = Settings()
     metrics = scrape_every_s is not None
@@ -136,14 +145,14 @@ def run_pipeline(
         pids.update({w.name: w.pid for w in pipeline.workers})
         cpu_before = cpu.snapshot(pids)
         start = time.perf_counter()
-        submissions = client.submit_many(texts)
+        submissions = client.submit_many(texts, vector_encoding=vector_encoding)
         replies = [s.result(600) for s in submissions]
         wall = time.perf_counter() - start
         cpu_used = cpu.delta(cpu_before, cpu.snapshot(pids))
         legs = LoneLegs([], [], [], [], [])
         for i in range(lone):
             time.sleep(0.05)  # a lone request: nothing else in flight
-            overhead, reply = _overhead_ms(client, texts[i % 50])
+            overhead, reply = _overhead_ms(client, texts[i % 50], vector_encoding)
             t = reply.timings
             assert t is not None
             legs.overhead_ms.append(overhead)
@@ -152,7 +161,7 @@ def run_pipeline(
             legs.reply_leg_ms.append(overhead - t.queued_ms - t.batch_wait_ms)
         for i in range(quiet):
             time.sleep(QUIET_S)
-            legs.after_quiet_ms.append(_overhead_ms(client, texts[i % 50])[0])
+            legs.after_quiet_ms.append(_overhead_ms(client, texts[i % 50], vector_encoding)[0])
     failed = [r for r in replies if r.error is not None]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed, first: {failed[0].error}")
@@ -202,8 +211,12 @@ def main(
     seed: int = 7,
     single: bool = True,
     unpacked: bool = True,
+    floats: bool = typer.Option(
+        False, help="replies carry vectors as JSON numbers, not float32 bytes (base64)"
+    ),
 ) -> None:
     settings = Settings()
+    encoding: VectorEncoding = "float" if floats else "base64"
     # the dispatcher reads every bucket's topic in both lanes, and the ingress topic
     request_topics = len(settings.buckets) * len(LANES) + 1
     stack = LocalStack(settings)
@@ -215,22 +228,35 @@ def main(
         run_id = uuid.uuid4().hex[:6]
         console.print(
             f"{len(texts)} texts; buckets {settings.buckets}; "
-            f"max_batch_tokens {settings.max_batch_tokens}, max_wait_ms {settings.max_wait_ms}"
+            f"max_batch_tokens {settings.max_batch_tokens}, max_wait_ms {settings.max_wait_ms}; "
+            f"vectors as {encoding}"
         )
         services = {s.name: s.pid for s in stack.status()}
         bucketed, legs = run_pipeline(
-            texts, _settings_env(f"bench-{run_id}-b", None), services, lone, quiet
+            texts,
+            _settings_env(f"bench-{run_id}-b", None),
+            services,
+            lone,
+            quiet,
+            vector_encoding=encoding,
         )
         arrival = (
             run_pipeline(
-                texts, _settings_env(f"bench-{run_id}-a", None, pack=False), services, lone
+                texts,
+                _settings_env(f"bench-{run_id}-a", None, pack=False),
+                services,
+                lone,
+                vector_encoding=encoding,
             )
             if unpacked
             else None
         )
         one_bucket = (
             run_pipeline(
-                texts, _settings_env(f"bench-{run_id}-s", [settings.buckets[-1]]), services
+                texts,
+                _settings_env(f"bench-{run_id}-s", [settings.buckets[-1]]),
+                services,
+                vector_encoding=encoding,
             )[0]
             if single
             else None

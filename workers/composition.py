@@ -147,8 +147,7 @@ def slots_for(settings: Settings, loaded: Loaded, ctx: BatchContext) -> Slots:
         every_s = float(getattr(backend, "cancel_check_s", 0.2))
         ctx = replace(ctx, cancels=CancelWatch(ctx.ledger.cancelled, every_s))
     if loaded.spec.task != "generate":  # an encoder: embed, rerank, classify
-        on_gpu = str(getattr(backend, "device", "cpu")).startswith("cuda")
-        count = settings.encoder_slots or (2 if on_gpu else 1)
+        count = settings.encoder_slots
     if not continuous and (count > 1 or settings.handoff):
         # batches on several threads (the pool's, the hand-off desk's) take turns at the
         # model; a continuous decoder's one loop takes every thread's rows itself

@@ -132,9 +132,10 @@ class Settings(BaseSettings):
     generation_slots: int = Field(default=64, ge=1)
     # batches an encoder (embedding) worker holds at once: their forward passes take turns,
     # so one batch's claims and reply delivery (Redis and Kafka round trips, ~5 ms) overlap
-    # another's compute. None: 2 on a GPU (idle during those round trips otherwise), 1 on
-    # a CPU (already busy then: 2 measured the same tokens/s)
-    encoder_slots: int | None = Field(default=None, ge=1)
+    # another's compute (a GPU is idle during those round trips otherwise; on two CPU cores
+    # a worker's own gaps between batches were 9 ms p50 each, and 2 slots took the idle
+    # cores of `./dev bench` from 0.11-0.12 to 0.07: docs/benchmarks.md)
+    encoder_slots: int = Field(default=2, ge=1)
     # An online batch goes straight to an idle worker of its queue when there is one (a Redis
     # list the worker waits on, workers/handoff.py), not through Celery's queue: a lone
     # request's latency without Celery's round trip. Busy workers: Celery, as always.
