@@ -8,8 +8,9 @@ from collections.abc import Mapping
 
 
 class Observer:
-    def record(self, outcome: str) -> None:
-        """A request record was read: ``accepted``, ``duplicate`` or an error code."""
+    def record(self, outcome: str, count: int = 1) -> None:
+        """``count`` request records were read with this outcome: ``accepted``,
+        ``duplicate`` or an error code (told once a poll)."""
 
     def batch(self, bucket: int, rows: int, real_tokens: int, padded_tokens: int) -> None:
         """A batch was sent to the bucket's queue."""

@@ -7,6 +7,7 @@ or answered, dead-lettered or forwarded."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -76,6 +77,9 @@ class RecordsIn:
         self.observer = observer
         self.count_tokens = count_tokens
         self.gaps = Gaps()
+        self._served = frozenset(config.served)
+        self._outcomes: Counter[str] = Counter()  # told the observer once a poll
+        self._now: tuple[float, datetime] = (0.0, datetime.fromtimestamp(0, UTC))  # (wall, it)
 
     def read(
         self,
@@ -101,6 +105,17 @@ class RecordsIn:
             except Exception as exc:  # one record never stops the dispatcher
                 log.exception("record %s:%d@%d failed", *record.tp, record.offset)
                 self._failed(record, exc, out)
+        self._tell_outcomes()
+
+    def _outcome(self, outcome: str) -> None:
+        self._outcomes[outcome] += 1
+
+    def _tell_outcomes(self) -> None:
+        """The records' outcomes to the observer, each once with its count (a metric's
+        increment per record cost a microsecond of each)."""
+        for outcome, count in self._outcomes.items():
+            self.observer.record(outcome, count)
+        self._outcomes.clear()
 
     def _counts(self, parsed: list[Request | Rejection]) -> list[int]:
         """Each request's tokens (0 for a rejection), counted together; if that raises, one
@@ -191,29 +206,16 @@ class RecordsIn:
     ) -> None:
         ref = self._tracked(record)
         self.stats.records += 1
-        if isinstance(parsed, Request) and not self.topics.is_reply_topic(parsed.reply_to):
-            message = f"reply_to {parsed.reply_to!r} is not a reply topic of this pipeline"
-            parsed = Rejection(ErrorCode.invalid_schema, message, tenant=parsed.tenant)
-        elif isinstance(parsed, Request) and not self._signed(parsed):
-            # dead-lettered only: no reply, no claim (a forgery may name a victim's request)
-            message = f"tenant {parsed.tenant!r} signs its requests; this one is not signed by it"
-            parsed = Rejection(ErrorCode.unauthenticated, message, tenant=parsed.tenant)
-        elif isinstance(parsed, Request) and self._replayed(parsed, wall_time):
-            message = (
-                f"a signed request created {parsed.created_at.isoformat()}, longer ago than "
-                f"answered ids are remembered ({self.config.answered_ttl_s:g}s): a replay"
-            )
-            parsed = Rejection(ErrorCode.unauthenticated, message, tenant=parsed.tenant)
-        elif isinstance(parsed, Request) and not self.reply_topic_exists(parsed.reply_to):
-            message = f"reply_to {parsed.reply_to!r} does not exist (its client creates it)"
-            parsed = Rejection(ErrorCode.invalid_schema, message, tenant=parsed.tenant)
+        if isinstance(parsed, Request):
+            parsed = self._unfit(parsed, wall_time) or parsed
         if isinstance(parsed, Rejection):
             self._reject(record, ref, parsed, out)
             return
         request, here = parsed, self.bucket_of_topic[record.topic]
+        lane = self.lane_of_topic[record.topic]
         if request.key in answered and not self.flights.is_waiting(request.key):
             self.stats.already_answered += 1  # answered while no dispatcher held it
-            self.observer.record("already_answered")
+            self._outcome("already_answered")
             self.flights.tracker.done(record.tp, ref.offset)
             return
         tokens = 0  # a model not served here is answered by admission
@@ -223,8 +225,8 @@ class RecordsIn:
             )
             if isinstance(way, Onward):
                 self.stats.forwarded += 1
-                self.observer.record("forwarded")
-                topic = self.topics.requests(way.bucket, self.lane_of_topic[record.topic])
+                self._outcome("forwarded")
+                topic = self.topics.requests(way.bucket, lane)
                 out.append(ev.Forward(ref, topic, record.key, record.value, record.headers))
                 return
             if isinstance(way, ErrorInfo):  # past the largest bucket
@@ -234,12 +236,11 @@ class RecordsIn:
         problem = self._admission(request, here, wall_time)
         waiting = self.flights.is_waiting(request.key)
         if problem is None and here is not None and not waiting:
-            trouble = self._trouble(request, here, self.lane_of_topic[record.topic], wall_time)
+            trouble = self._trouble(request, here, lane, wall_time)
             if trouble is not None:
                 self._degrade(request, ref, here, wall_time, tokens, *trouble, out)
                 return
         if problem is None and here is not None:
-            lane = self.lane_of_topic[record.topic]
             problem = self.quotas.refusal(
                 request.tenant, here, tokens, lane, wall_time, request.priority == "sheddable"
             )
@@ -249,6 +250,27 @@ class RecordsIn:
         if here is not None:
             traceparent = valid_traceparent(record.header(TRACEPARENT))
             self._admit(request, ref, here, tokens, wall_time, traceparent)
+
+    def _unfit(self, request: Request, wall_time: float) -> Rejection | None:
+        """Why a parsed request is no request of this pipeline's (dead-lettered), if it is
+        not: a reply topic not the pipeline's or not there, a signature missing, a replay."""
+        if not self.topics.is_reply_topic(request.reply_to):
+            message = f"reply_to {request.reply_to!r} is not a reply topic of this pipeline"
+            return Rejection(ErrorCode.invalid_schema, message, tenant=request.tenant)
+        if not self._signed(request):
+            # dead-lettered only: no reply, no claim (a forgery may name a victim's request)
+            message = f"tenant {request.tenant!r} signs its requests; this one is not signed by it"
+            return Rejection(ErrorCode.unauthenticated, message, tenant=request.tenant)
+        if self._replayed(request, wall_time):
+            message = (
+                f"a signed request created {request.created_at.isoformat()}, longer ago than "
+                f"answered ids are remembered ({self.config.answered_ttl_s:g}s): a replay"
+            )
+            return Rejection(ErrorCode.unauthenticated, message, tenant=request.tenant)
+        if not self.reply_topic_exists(request.reply_to):
+            message = f"reply_to {request.reply_to!r} does not exist (its client creates it)"
+            return Rejection(ErrorCode.invalid_schema, message, tenant=request.tenant)
+        return None
 
     def _refuse(
         self,
@@ -261,14 +283,14 @@ class RecordsIn:
         out: list[ev.Action],
     ) -> None:
         self.stats.rejected += 1
-        self.observer.record(error.code.value)
+        self._outcome(error.code.value)
         out.append(self.refusals.not_admitted(request, ref, bucket, wall_time, error, tokens))
 
     def _reject(self, record: Record, ref: RecordRef, why: Rejection, out: list[ev.Action]) -> None:
         """A record that is no request: dead-lettered, and answered where it names a reply
         topic and a request id."""
         self.stats.malformed += 1
-        self.observer.record(why.code.value)
+        self._outcome(why.code.value)
         log.warning("dead letter %s:%d@%d: %s", ref.topic, ref.partition, ref.offset, why.message)
         if why.reply_to is not None and not self.topics.is_reply_topic(why.reply_to):
             why = replace(why, reply_to=None)  # answered only on this pipeline's reply topics
@@ -285,7 +307,7 @@ class RecordsIn:
     ) -> None:
         if not self.flights.hold(ref, request.key):  # same id again while the first waits
             self.stats.duplicates += 1
-            self.observer.record("duplicate")
+            self._outcome("duplicate")
             return
         # its request and ref are taken as they are (instances are not validated again)
         item = BatchItem(request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent)
@@ -293,9 +315,9 @@ class RecordsIn:
         self.quotas.admitted(request.tenant, tokens, lane, wall_time)
         pending = Pending(item, tokens, lane=lane)
         if self.coalescer.attach(pending):  # an identical request is computed already
-            self.observer.record("coalesced")
+            self._outcome("coalesced")
             return
-        self.observer.record("accepted")
+        self._outcome("accepted")
         for batch in self.batchers[bucket, lane].add(pending, pending.tokens):
             self.flights.queue(bucket, batch)
 
@@ -304,8 +326,9 @@ class RecordsIn:
     ) -> ErrorInfo | None:
         """Model, input, deadline, cancellation, and the bucket's health (its length was
         routed already)."""
-        now = datetime.fromtimestamp(wall_time, UTC)
-        problem = admission_error(request, now, set(self.config.served), 0, tokens=0)
+        if self._now[0] != wall_time:  # a poll's records share its wall time
+            self._now = (wall_time, datetime.fromtimestamp(wall_time, UTC))
+        problem = admission_error(request, self._now[1], self._served, 0, tokens=0)
         if problem is not None:
             return problem
         if request.key in self.cancelled:
@@ -350,7 +373,7 @@ class RecordsIn:
         the shell), the model's canned answer, the reject."""
         descent = descend(self.config.ladder, request, reason, why)
         if descent.canned is not None:
-            self.observer.record("degraded_canned")
+            self._outcome("degraded_canned")
             marked = Degraded(rung="canned", reason=reason)
             last = self.refusals.degraded(
                 request, ref, bucket, wall_time, tokens, descent.canned, marked
@@ -359,7 +382,7 @@ class RecordsIn:
             if reason != "late":
                 self.stats.unavailable += 1
             self.stats.rejected += 1
-            self.observer.record(descent.error.code.value)
+            self._outcome(descent.error.code.value)
             last = self.refusals.not_admitted(
                 request, ref, bucket, wall_time, descent.error, tokens
             )
@@ -375,6 +398,7 @@ class RecordsIn:
         if held.then == "admit":
             # (a record held back this way leaves its trace: rare, and not worth a field)
             self._admit(held.request, ref, held.bucket, held.tokens, held.wall_time, None)
+            self._tell_outcomes()
         elif held.pending is not None:
             self.flights.queue(held.bucket, [held.pending])
 

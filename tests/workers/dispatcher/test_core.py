@@ -622,3 +622,21 @@ def test_the_in_flight_gauge_is_set_when_it_moves_and_not_on_every_event() -> No
     assert len(seen.seen) == 2
     rig.complete(send)
     assert seen.seen[-1] == {16: 0, 32: 0} and len(seen.seen) == 3
+
+
+class OutcomesSeen(Observer):
+    def __init__(self) -> None:
+        self.told: list[tuple[str, int]] = []
+
+    def record(self, outcome: str, count: int = 1) -> None:
+        self.told.append((outcome, count))
+
+
+def test_a_polls_outcomes_are_told_once_each_with_their_counts() -> None:
+    rig = Rig()
+    seen = rig.core.records_in.observer = OutcomesSeen()
+    rig.workers()
+    rig.read(rig.request("r1"), rig.request("r2"), rig.request("r1"), rig.expired("r3"))
+    assert sorted(seen.told) == [("accepted", 2), ("deadline_exceeded", 1), ("duplicate", 1)]
+    rig.read(rig.request("r4"))
+    assert seen.told[-1] == ("accepted", 1) and len(seen.told) == 4

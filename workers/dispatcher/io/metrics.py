@@ -59,11 +59,11 @@ class PrometheusObserver(Observer):
         # once per record (a handful of outcomes)
         self._records: dict[str, Counter] = {}
 
-    def record(self, outcome: str) -> None:
+    def record(self, outcome: str, count: int = 1) -> None:
         counter = self._records.get(outcome)
         if counter is None:
             counter = self._records[outcome] = RECORDS.labels(outcome)
-        counter.inc()
+        counter.inc(count)
 
     def batch(self, bucket: int, rows: int, real_tokens: int, padded_tokens: int) -> None:
         label = str(bucket)
