@@ -151,13 +151,17 @@ class DispatcherCore:
         self._last_commit = clock()
         self._state_logged = clock()
         self._counts_seen = -1  # flights.counts_changed when the in-flight gauge was set
+        self._rows_out: dict[int, int] = {}  # during a read: online rows ready or out, by bucket
 
     # --- the one entry point ---------------------------------------------------------------
     def handle(self, event: ev.Event) -> list[ev.Action]:
         out: list[ev.Action] = []
         match event:
             case ev.RecordsRead():
-                self.records_in.read(event.records, event.wall_time, out, event.answered)
+                try:
+                    self.records_in.read(event.records, event.wall_time, out, event.answered)
+                finally:
+                    self._rows_out.clear()
             case ev.Cancelled():
                 for key in event.keys:
                     self.cancelled[key] = None
@@ -264,8 +268,14 @@ class DispatcherCore:
         return self.queued_work_s(bucket, backlog) / max(1, self._capacity(bucket))
 
     def _own_online_backlog(self, bucket: int) -> int:
-        """Online requests of ``bucket`` read here and not yet answered."""
-        return len(self.batchers[bucket, "online"]) + self.flights.unanswered_rows(bucket, "online")
+        """Online requests of ``bucket`` read here and not yet answered. Asked for each record
+        read; the rows in batches ready or out stay as they are while a poll's records are
+        read (no batch leaves, none completes), so they are counted once a poll: a walk over
+        every batch in flight for each record cost a few microseconds of each."""
+        out = self._rows_out.get(bucket)
+        if out is None:
+            out = self._rows_out[bucket] = self.flights.unanswered_rows(bucket, "online")
+        return len(self.batchers[bucket, "online"]) + out
 
     def drain_s(self, bucket: int) -> float:
         """Seconds the bucket's live workers need per request (the backlog's drain rate)."""

@@ -129,3 +129,16 @@ def test_what_was_admitted_goes_out_to_be_shared_and_the_shared_counts_come_back
     rig.handle(ev.LimitsNotSynced(sync.deltas))
     again = of(ev.SyncLimits, rig.tick(SYNC_INTERVAL_S))[0]
     assert again.deltas["other"].tokens == {window: 8}
+
+
+def test_what_this_dispatcher_holds_is_counted_again_after_its_batches_are_answered() -> None:
+    """The rows in batches out are counted once a poll: the next poll sees them answered."""
+    rig = Rig(limits=LimitsPolicy(bounds={16: 5}))
+    rig.workers()
+    rig.read(*(rig.request(f"r{i}") for i in range(6)))  # the bound and the one past it
+    sends = of(ev.SendBatch, rig.tick(0.05))
+    assert sum(len(s.batch.items) for s in sends) == 6
+    assert codes(rig.read(rig.request("over"))) == [ErrorCode.overloaded]  # six out
+    for send in sends:
+        rig.complete(send)
+    assert codes(rig.read(rig.request("room"))) == []  # answered: none out
