@@ -195,6 +195,33 @@ def test_an_embedding_comes_as_numbers_or_as_float32_bytes_and_reads_the_same() 
         EmbeddingResult(embedding=[1.0], embedding_base64="AACAPw==", token_count=1)  # both
 
 
+def test_a_batch_carries_the_records_as_the_dispatcher_read_them() -> None:
+    """Requests whose records were kept go in as those bytes (any spacing, any key order);
+    the others are serialised; either way the worker reads back the same batch."""
+    requests = [
+        request(),
+        request(task="generate", params=GenerateParams(max_tokens=8)),
+        request(deadline=datetime(2026, 12, 7, 12, 0, tzinfo=UTC)),
+    ]
+    refs = [RecordRef(topic="p.requests.b16", partition=0, offset=i) for i in range(3)]
+    items = [
+        BatchItem(request=r, ref=ref, arrived_at=2.0, compare_with="v1" if i else None)
+        for i, (r, ref) in enumerate(zip(requests, refs, strict=True))
+    ]
+    as_read = {
+        (ref.topic, ref.partition, ref.offset): json.dumps(
+            dict(reversed(r.model_dump(mode="json").items())), indent=1
+        ).encode()
+        for r, ref in list(zip(requests, refs, strict=True))[:2]  # the third was not kept
+    }
+    batch = Batch(batch_id="b-2", bucket=16, dispatcher_id="d1", dispatched_at=1.0, items=items)
+    body = batch_body(batch.keep_records_read(as_read))
+    assert all(record.decode() in body for record in as_read.values())
+    # (compared as dumped: a model's equality counts the records it keeps)
+    assert Batch.model_validate_json(body).model_dump() == batch.model_dump()
+    assert Batch.model_validate_json(batch_body(batch.keep_records_read({}))) == batch
+
+
 def test_a_batch_body_leaves_defaults_out_and_reads_back_as_the_same_batch() -> None:
     ref = RecordRef(topic="p.requests.b16", partition=1, offset=7)
     deadline = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)

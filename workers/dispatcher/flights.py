@@ -30,6 +30,7 @@ class Pending:
     lane: Lane = "online"  # the lane of the topic its record came from
     deferrals: int = 0  # times a worker found another attempt answering it
     alone: bool = False  # computed on its own: never waits on an identical one (coalescing)
+    record: bytes | None = None  # its record as read, when its batch may carry it as it is
 
     @property
     def key(self) -> RequestKey:

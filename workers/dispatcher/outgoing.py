@@ -71,6 +71,8 @@ class Outgoing:
             items=[_marked(p, s, fallback) for p, s in zip(pendings, shadows, strict=True)],
             lane=lane,
             model_version=version,
+        ).keep_records_read(
+            {ref_key(p.item.ref): p.record for p in pendings if p.record is not None}
         )
         real = sum(p.tokens for p in pendings)
         padded = len(pendings) * max(p.tokens for p in pendings)

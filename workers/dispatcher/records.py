@@ -249,7 +249,7 @@ class RecordsIn:
             return
         if here is not None:
             traceparent = valid_traceparent(record.header(TRACEPARENT))
-            self._admit(request, ref, here, tokens, wall_time, traceparent)
+            self._admit(request, ref, here, tokens, wall_time, traceparent, record.value)
 
     def _unfit(self, request: Request, wall_time: float) -> Rejection | None:
         """Why a parsed request is no request of this pipeline's (dead-lettered), if it is
@@ -304,7 +304,9 @@ class RecordsIn:
         tokens: int,
         wall_time: float,
         traceparent: str | None,
+        record: bytes | None = None,
     ) -> None:
+        """``record``: the bytes ``request`` was parsed from (its batch may carry them)."""
         if not self.flights.hold(ref, request.key):  # same id again while the first waits
             self.stats.duplicates += 1
             self._outcome("duplicate")
@@ -313,7 +315,9 @@ class RecordsIn:
         item = BatchItem(request=request, ref=ref, arrived_at=wall_time, traceparent=traceparent)
         lane = self.lane_of_topic[ref.topic]
         self.quotas.admitted(request.tenant, tokens, lane, wall_time)
-        pending = Pending(item, tokens, lane=lane)
+        # a record without created_at would get another one where it is parsed again
+        carried = record if "created_at" in request.model_fields_set else None
+        pending = Pending(item, tokens, lane=lane, record=carried)
         if self.coalescer.attach(pending):  # an identical request is computed already
             self._outcome("coalesced")
             return

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Completion, Request
+from headrace.schemas.messages import Batch, Completion, Request, batch_body
 from headrace.schemas.params import GenerateParams
 from headrace.schemas.signing import request_signature
 from headrace.transport.base import Record
@@ -640,3 +640,17 @@ def test_a_polls_outcomes_are_told_once_each_with_their_counts() -> None:
     assert sorted(seen.told) == [("accepted", 2), ("deadline_exceeded", 1), ("duplicate", 1)]
     rig.read(rig.request("r4"))
     assert seen.told[-1] == ("accepted", 1) and len(seen.told) == 4
+
+
+def test_a_batch_carries_its_records_as_read_unless_one_left_out_created_at() -> None:
+    rig = Rig()
+    rig.workers()
+    kept = rig.request("r1")
+    fields = json.loads(rig.request("r2").value)
+    del fields["created_at"]  # the dispatcher's parse gives it one; a worker's would differ
+    bare = rig.raw(json.dumps(fields).encode())
+    [send] = of(ev.SendBatch, rig.read(kept, bare) + rig.tick(0.05))
+    body = batch_body(send.batch)
+    assert kept.value.decode() in body and bare.value.decode() not in body
+    again = Batch.model_validate_json(body)
+    assert [i.request for i in again.items] == [i.request for i in send.batch.items]
