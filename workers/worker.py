@@ -33,6 +33,7 @@ from headrace.transport import TransportError
 from headrace.workers import tasks
 from headrace.workers.batch_context import BatchContext
 from headrace.workers.batch_runner import run_batch
+from headrace.workers.collector import tune_collector
 from headrace.workers.comparisons import Comparisons
 from headrace.workers.composition import build_context, bulk_runner, load_model, slots_for
 from headrace.workers.delivery_hooks import comparing
@@ -148,6 +149,9 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _consuming(**_: Any) -> None:
+        # the model, Celery and the clients are up: what is alive now is never walked again
+        # (a full collection over the model's objects stalled a batch 378 ms: collector.py)
+        tune_collector()
         threading.Thread(target=beat, name="heartbeat", daemon=True).start()
         if desk is not None:
             desk.start()

@@ -27,6 +27,7 @@ from headrace.schemas.messages import Batch
 from headrace.schemas.signing import KeyFolder
 from headrace.transport import Partition, Transport, open_transport
 from headrace.transport.known_topics import KnownTopics
+from headrace.workers.collector import tune_collector
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.core import DispatcherCore
 from headrace.workers.dispatcher.events import (
@@ -61,7 +62,6 @@ from headrace.workers.dispatcher.events import (
 )
 from headrace.workers.dispatcher.io.answers import Answerer
 from headrace.workers.dispatcher.io.cache_rung import CacheRung
-from headrace.workers.dispatcher.io.collector import tune_collector
 from headrace.workers.dispatcher.io.control import ControlReader
 from headrace.workers.dispatcher.io.lag import export_lag, publish_backlog
 from headrace.workers.dispatcher.io.loop_watch import LoopWatch, LoopWatcher

@@ -1,4 +1,4 @@
-"""The dispatcher process's collector settings: what was alive at its start is frozen (no
+"""The dispatcher's and the workers' collector settings: what was alive at its start is frozen (no
 collection walks it again) and the youngest generation waits for more allocations."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from headrace.workers.dispatcher.io.collector import YOUNG_THRESHOLD, tune_collector
+from headrace.workers.collector import YOUNG_THRESHOLD, tune_collector
 
 
 @pytest.fixture
