@@ -48,11 +48,11 @@ from headrace.schemas.params import EmbedParams
 from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
 from headrace.transport.base import Partition, Record
+from headrace.workers.collector import tune_collector
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.core import DispatcherCore
 from headrace.workers.dispatcher.intake import parse_request
-from headrace.workers.dispatcher.io.collector import tune_collector
 from headrace.workers.dispatcher.io.metrics import PrometheusObserver
 from headrace.workers.tasks import batch_sender, task_args
 
