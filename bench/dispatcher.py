@@ -43,9 +43,10 @@ from headrace.models.tokenizer import count_with, tokenizer_for
 from headrace.ops.localstack import LocalStack
 from headrace.ops.sample_texts import long_tail_texts
 from headrace.schemas.buckets import bucket_for
-from headrace.schemas.messages import Completion, Request, request_body
+from headrace.schemas.messages import Completion, Request
 from headrace.schemas.params import EmbedParams
 from headrace.schemas.topics import Topics
+from headrace.schemas.wire import request_body
 from headrace.transport import open_transport
 from headrace.transport.base import Partition, Record
 from headrace.workers.collector import tune_collector

@@ -27,8 +27,9 @@ from headrace.schemas.errors import (
     RequestTooLargeError,
     input_too_long,
 )
-from headrace.schemas.messages import SCORED, CacheDirective, Request, request_body
+from headrace.schemas.messages import SCORED, CacheDirective, Request
 from headrace.schemas.params import EmbedParams, GenerateParams, Priority, ScoreParams
+from headrace.schemas.wire import request_body
 
 if TYPE_CHECKING:
     from headrace.cache.store import TieredCache

@@ -67,10 +67,11 @@ from headrace.schemas.buckets import bucket_for
 from headrace.schemas.errors import (
     BackpressureError,
 )
-from headrace.schemas.messages import Reply, Request, request_body
+from headrace.schemas.messages import Reply, Request
 from headrace.schemas.signing import request_signature, tenant_key
 from headrace.schemas.tenants import check_tenant
 from headrace.schemas.topics import Lane, Topics
+from headrace.schemas.wire import request_body
 from headrace.transport import Transport, open_transport
 from headrace.transport.guarantees import resend_after_s
 from headrace.usage.meter import Totals, UsageMeter

@@ -350,11 +350,15 @@ class Batch(_Message):
 
     def keep_records_read(self, read: dict[tuple[str, int, int], bytes]) -> Batch:
         """Carry each request as its record was read (``read``: by where it sits), for
-        ``batch_body``. Only a record the request was parsed from, unchanged, and that gave
-        every field whose default is made anew (``created_at``): the worker parses it into
-        the same request."""
+        ``schemas.wire.batch_body``. Only a record the request was parsed from, unchanged,
+        and that gave every field whose default is made anew (``created_at``): the worker
+        parses it into the same request."""
         self._records_read = read
         return self
+
+    @property
+    def records_read(self) -> dict[tuple[str, int, int], bytes]:
+        return self._records_read
 
 
 class Completion(_Message):
@@ -371,39 +375,6 @@ class Completion(_Message):
     computed: int = 0  # rows the model ran
     padded_tokens: int = 0
     compute_ms: float = 0.0
-
-
-def request_body(request: Request) -> bytes:
-    """A request record's value as the SDK produces it, the fields left at their defaults
-    left out: the dispatcher reads the same request back (a signature covers the request's
-    full JSON, made again from what was read). Measured with callgrind (docs/benchmarks.md):
-    a third fewer bytes, and 17% fewer instructions in the dispatcher's parse."""
-    return request.model_dump_json(exclude_defaults=True).encode()
-
-
-def batch_body(batch: Batch) -> str:
-    """A batch as its task carries it (Celery's message, the hand-off's inbox), the fields
-    left at their defaults left out: the worker reads it back as the same batch. Measured
-    with callgrind (docs/benchmarks.md): a third fewer bytes, and 14-17% fewer instructions
-    a request in the dispatcher's Celery send. A request whose record the dispatcher kept
-    (``Batch.keep_records_read``) goes in as those bytes: serialising it again was most of
-    the send's cost a row."""
-    read = batch._records_read
-    if not read:
-        return batch.model_dump_json(exclude_defaults=True)
-    head = batch.model_dump_json(exclude_defaults=True, exclude={"items"})
-    items = ",".join(
-        _item_body(item, read.get((item.ref.topic, item.ref.partition, item.ref.offset)))
-        for item in batch.items
-    )
-    return f'{head[:-1]},"items":[{items}]}}'
-
-
-def _item_body(item: BatchItem, record: bytes | None) -> str:
-    if record is None:
-        return item.model_dump_json(exclude_defaults=True)
-    rest = item.model_dump_json(exclude_defaults=True, exclude={"request"})
-    return '{"request":' + record.decode() + ("," + rest[1:] if len(rest) > 2 else "}")
 
 
 def final_reply(value: bytes) -> Reply | None:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import redis
 
-from headrace.schemas.messages import Batch, batch_body
+from headrace.schemas.messages import Batch
+from headrace.schemas.wire import batch_body
 
 TOKEN_MS = 2_000  # an idle worker's token lives this long unless set again
 INBOX_MS = 120_000  # a dead worker's inbox is dropped this long after its last batch

@@ -9,7 +9,8 @@ from celery import Celery
 
 from headrace.config.settings import Settings
 from headrace.connections import broker_url
-from headrace.schemas.messages import Batch, batch_body
+from headrace.schemas.messages import Batch
+from headrace.schemas.wire import batch_body
 
 TASK_NAME = "headrace.run_batch"
 

@@ -22,13 +22,12 @@ from headrace.schemas.messages import (
     Request,
     StreamDelta,
     Usage,
-    batch_body,
     parse_reply_record,
-    request_body,
 )
 from headrace.schemas.params import GenerateParams, ScoreParams
 from headrace.schemas.signing import request_signature
 from headrace.schemas.tenants import TenantNameError, check_tenant
+from headrace.schemas.wire import batch_body, request_body
 
 
 def request(**overrides: object) -> Request:

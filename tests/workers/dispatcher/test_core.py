@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from headrace.schemas.errors import ErrorCode
-from headrace.schemas.messages import Batch, Completion, Request, batch_body
+from headrace.schemas.messages import Batch, Completion, Request
 from headrace.schemas.params import GenerateParams
 from headrace.schemas.signing import request_signature
+from headrace.schemas.wire import batch_body
 from headrace.transport.base import Record
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.health import HealthPolicy
