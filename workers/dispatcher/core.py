@@ -202,7 +202,7 @@ class DispatcherCore:
             case ev.TrafficSeen():
                 self.versions.seen_policy(event.stable, event.policy, event.revision)
             case ev.TenantKeysRead():
-                self.records_in.tenant_keys = event.keys
+                self.records_in.screen.tenant_keys = event.keys
             case ev.NotShared():
                 self.followers.not_shared(event.refs)
             case ev.Tick():

@@ -1,8 +1,8 @@
 """Records in, for the dispatcher's core (no IO): a gap is read again; each record is
 parsed, counted with the model's tokenizer, routed (here, onward to its proper bucket, or
-too long), checked (model, deadline, cancellation, the bucket's health and queued work: the
-degradation ladder, its backlog bound, the tenant's limits) and put in its bucket's batcher,
-or answered, dead-lettered or forwarded."""
+too long: ``routing``), screened (``screening``), checked (model, deadline, cancellation,
+the bucket's health and queued work: the degradation ladder, its backlog bound, the
+tenant's limits) and put in its bucket's batcher, or answered, dead-lettered or forwarded."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from cachetools import FIFOCache
 from headrace.health.tracing import TRACEPARENT, valid_traceparent
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import BatchItem, Degraded, RecordRef, Request
-from headrace.schemas.signing import Keys, request_signature, signed_by
 from headrace.schemas.topics import Lane, Topics
 from headrace.transport.base import Partition, Record
 from headrace.workers.admission import admission_error
@@ -33,7 +32,8 @@ from headrace.workers.dispatcher.observer import Observer
 from headrace.workers.dispatcher.offsets import Gaps
 from headrace.workers.dispatcher.quotas import Quotas
 from headrace.workers.dispatcher.refusals import Refusals
-from headrace.workers.dispatcher.routing import Onward, TokenCounter, route
+from headrace.workers.dispatcher.routing import Onward, TokenCounter, count_requests, route
+from headrace.workers.dispatcher.screening import Screen
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,8 @@ class RecordsIn:
         ``coalescer``: identical requests in flight (none: each is computed)."""
         self.config = config
         self.coalescer = coalescer if coalescer is not None else Coalescer(enabled=False)
-        self.tenant_keys: Keys = config.tenant_keys  # replaced when the key folder changes
+        self.screen = Screen(config, reply_topic_exists)
         self.expected_wait_s = expected_wait_s
-        self.reply_topic_exists = reply_topic_exists
         self.quotas = quotas
         self.topics: Topics = config.topics
         self.bucket_of_topic = bucket_of_topic
@@ -89,8 +88,7 @@ class RecordsIn:
         answered: frozenset[ev.RequestKey] = frozenset(),
     ) -> None:
         """``answered``: requests the ledger has as answered (done at once, not batched).
-        The poll's requests are counted in one call of the tokenizer (calls of a partition's
-        20-odd records each cost about 13% more a text)."""
+        The poll's requests are counted in one call of the tokenizer."""
         records = [
             record
             for partition, held in polled.items()
@@ -98,7 +96,7 @@ class RecordsIn:
             for record in held
         ]
         parsed = [parse_request(r.value, self.config.max_request_bytes) for r in records]
-        counts = self._counts(parsed)
+        counts = count_requests(self.count_tokens, parsed)
         for record, request, counted in zip(records, parsed, counts, strict=True):
             try:
                 self._record(record, request, counted, wall_time, out, answered)
@@ -116,52 +114,6 @@ class RecordsIn:
         for outcome, count in self._outcomes.items():
             self.observer.record(outcome, count)
         self._outcomes.clear()
-
-    def _counts(self, parsed: list[Request | Rejection]) -> list[int]:
-        """Each request's tokens (0 for a rejection), counted together; if that raises, one
-        at a time, and a request whose count raises becomes a rejection in ``parsed``. An
-        input given as token ids counts them and the special tokens of an empty text; a
-        pair, its two texts' counts (at most a token over the pair's own: BERT's shares its
-        [CLS])."""
-        requests = [p for p in parsed if isinstance(p, Request)]
-        texts = [t for p in requests for t in _texts(p)]
-        try:
-            counted = iter(self.count_tokens(texts) if texts else [])
-            own = iter([sum(next(counted) for _ in _texts(p)) + _given(p) for p in requests])
-            return [next(own) if isinstance(p, Request) else 0 for p in parsed]
-        except Exception:
-            log.warning("counting %d requests together failed; one at a time", len(requests))
-        counts = []
-        for k, p in enumerate(parsed):
-            if not isinstance(p, Request):
-                counts.append(0)
-                continue
-            try:
-                counts.append(sum(self.count_tokens(_texts(p))) + _given(p))
-            except Exception as exc:
-                message = f"its input could not be tokenized: {type(exc).__name__}"
-                parsed[k] = Rejection(
-                    ErrorCode.invalid_schema, message, p.reply_to, p.request_id, p.tenant, p.model
-                )
-                counts.append(0)
-        return counts
-
-    def _signed(self, request: Request) -> bool:
-        """Whether ``request`` carries its tenant's signature (true for a tenant with no
-        key)."""
-        return signed_by(
-            self.tenant_keys,
-            request.tenant,
-            request.signature,
-            lambda key: request_signature(key, request.signable()),
-        )
-
-    def _replayed(self, request: Request, wall_time: float) -> bool:
-        """A signed request from before the ledger's memory of answered ids: its id may have
-        been answered and forgotten, so it is refused rather than answered (and appended to
-        its session) again."""
-        signs = bool(self.tenant_keys.get(request.tenant))
-        return signs and wall_time - request.created_at.timestamp() > self.config.answered_ttl_s
 
     def _failed(self, record: Record, exc: Exception, out: list[ev.Action]) -> None:
         """A record the core raised on: dead-lettered (``internal``), answered where it names
@@ -207,7 +159,7 @@ class RecordsIn:
         ref = self._tracked(record)
         self.stats.records += 1
         if isinstance(parsed, Request):
-            parsed = self._unfit(parsed, wall_time) or parsed
+            parsed = self.screen.unfit(parsed, wall_time) or parsed
         if isinstance(parsed, Rejection):
             self._reject(record, ref, parsed, out)
             return
@@ -250,27 +202,6 @@ class RecordsIn:
         if here is not None:
             traceparent = valid_traceparent(record.header(TRACEPARENT))
             self._admit(request, ref, here, tokens, wall_time, traceparent, record.value)
-
-    def _unfit(self, request: Request, wall_time: float) -> Rejection | None:
-        """Why a parsed request is no request of this pipeline's (dead-lettered), if it is
-        not: a reply topic not the pipeline's or not there, a signature missing, a replay."""
-        if not self.topics.is_reply_topic(request.reply_to):
-            message = f"reply_to {request.reply_to!r} is not a reply topic of this pipeline"
-            return Rejection(ErrorCode.invalid_schema, message, tenant=request.tenant)
-        if not self._signed(request):
-            # dead-lettered only: no reply, no claim (a forgery may name a victim's request)
-            message = f"tenant {request.tenant!r} signs its requests; this one is not signed by it"
-            return Rejection(ErrorCode.unauthenticated, message, tenant=request.tenant)
-        if self._replayed(request, wall_time):
-            message = (
-                f"a signed request created {request.created_at.isoformat()}, longer ago than "
-                f"answered ids are remembered ({self.config.answered_ttl_s:g}s): a replay"
-            )
-            return Rejection(ErrorCode.unauthenticated, message, tenant=request.tenant)
-        if not self.reply_topic_exists(request.reply_to):
-            message = f"reply_to {request.reply_to!r} does not exist (its client creates it)"
-            return Rejection(ErrorCode.invalid_schema, message, tenant=request.tenant)
-        return None
 
     def _refuse(
         self,
@@ -405,13 +336,3 @@ class RecordsIn:
             self._tell_outcomes()
         elif held.pending is not None:
             self.flights.queue(held.bucket, [held.pending])
-
-
-def _texts(request: Request) -> list[str]:
-    """The texts a request's tokens are counted from: its input, and its pair's second."""
-    return [request.input] if request.input_pair is None else [request.input, request.input_pair]
-
-
-def _given(request: Request) -> int:
-    """The token ids a request gives as its input (none: 0)."""
-    return len(request.input_ids) if request.input_ids is not None else 0

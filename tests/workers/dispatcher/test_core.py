@@ -171,7 +171,7 @@ def test_a_request_whose_reply_to_is_no_reply_topic_of_the_pipeline_is_never_ans
 def test_a_request_whose_reply_topic_does_not_exist_is_refused_and_never_batched() -> None:
     rig = Rig()
     rig.workers()
-    rig.core.records_in.reply_topic_exists = lambda topic: topic != "t.replies.default"
+    rig.core.records_in.screen.reply_topic_exists = lambda topic: topic != "t.replies.default"
     [answer] = of(ev.Answer, rig.read(rig.request("r1")))
     assert answer.error is not None and answer.error.code is ErrorCode.invalid_schema
     assert answer.reply_to is None and answer.dead_letter is not None

@@ -321,7 +321,7 @@ class Dispatcher:
         if now - self._control_read < CONTROL_INTERVAL_S:
             return
         self._control_read = now
-        controls = self.control.poll(self.core.records_in.tenant_keys)
+        controls = self.control.poll(self.core.records_in.screen.tenant_keys)
         keys = [(c.tenant, c.request_id) for c in controls]
         for key in keys:
             self.ledger.cancel(*key)
