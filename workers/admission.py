@@ -19,7 +19,8 @@ def admission_error(
             code=ErrorCode.unknown_model,
             message=f"unknown model {request.model!r} (served here: {served})",
         )
-    if not request.input.strip() and request.input_ids is None:
+    # (isspace: strip would copy every input)
+    if (not request.input or request.input.isspace()) and request.input_ids is None:
         return ErrorInfo(code=ErrorCode.empty_input, message="input is empty")
     if request.deadline is not None and request.deadline <= now:
         late_ms = (now - request.deadline).total_seconds() * 1000

@@ -147,7 +147,10 @@ class FairBatcher(Generic[T]):
 
     def add(self, item: T, tokens: int) -> list[list[T]]:
         """Queue ``item`` for its tenant; batches are formed by ``take`` (so never here)."""
-        band = self._bands.setdefault(self.band_of_item(item), _Round())
+        rank = self.band_of_item(item)
+        band = self._bands.get(rank)
+        if band is None:  # (setdefault would build a round for every item)
+            band = self._bands[rank] = _Round()
         band.push(self.tenant_of(item), Waiting(item, tokens, self._clock()))
         self._count += 1
         self._tokens += tokens

@@ -112,10 +112,11 @@ class Flights:
         key = self._owner_of.pop(ref_key(ref), None)
         refs = self._waiting.pop(key, [ref]) if key is not None else [ref]
         for each in refs:
-            self._owner_of.pop(ref_key(each), None)
-            self.tracker.done((each.topic, each.partition), each.offset)
+            each_key = ref_key(each)
+            self._owner_of.pop(each_key, None)
+            self.tracker.done(each_key[:2], each_key[2])
             if self.on_finish is not None:
-                self.on_finish(ref_key(each))
+                self.on_finish(each_key)
 
     def alive(self, pendings: Iterator[Pending] | list[Pending]) -> list[Pending]:
         """Those of ``pendings`` still unanswered."""

@@ -69,8 +69,11 @@ def count_requests(count_tokens: TokenCounter, parsed: list[Request | Rejection]
     ids counts them and the special tokens of an empty text; a pair, its two texts' counts
     (at most a token over the pair's own: BERT's shares its [CLS])."""
     requests = [p for p in parsed if isinstance(p, Request)]
-    texts = [t for p in requests for t in _texts(p)]
     try:
+        if all(p.input_pair is None and p.input_ids is None for p in requests):  # most polls
+            counted = iter(count_tokens([p.input for p in requests]) if requests else [])
+            return [next(counted) if isinstance(p, Request) else 0 for p in parsed]
+        texts = [t for p in requests for t in _texts(p)]
         counted = iter(count_tokens(texts) if texts else [])
         own = iter([sum(next(counted) for _ in _texts(p)) + _given(p) for p in requests])
         return [next(own) if isinstance(p, Request) else 0 for p in parsed]

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cachetools import LRUCache
+
 from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Request
 from headrace.schemas.signing import Keys, request_signature, signed_by
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.intake import Rejection
+
+REPLY_TOPICS_REMEMBERED = 10_000
 
 
 class Screen:
@@ -23,11 +27,13 @@ class Screen:
         self.answered_ttl_s = config.answered_ttl_s
         self.tenant_keys: Keys = config.tenant_keys  # replaced when the key folder changes
         self.reply_topic_exists = reply_topic_exists
+        # a topic's name is checked once: a handful of reply topics name every request
+        self._reply_topic: LRUCache[str, bool] = LRUCache(maxsize=REPLY_TOPICS_REMEMBERED)
 
     def unfit(self, request: Request, wall_time: float) -> Rejection | None:
         """Why ``request`` is no request of this pipeline's, if it is not: a reply topic not
         the pipeline's or not there, a signature missing, a replay."""
-        if not self.topics.is_reply_topic(request.reply_to):
+        if not self._is_reply_topic(request.reply_to):
             message = f"reply_to {request.reply_to!r} is not a reply topic of this pipeline"
             return Rejection(ErrorCode.invalid_schema, message, tenant=request.tenant)
         if not self._signed(request):
@@ -44,6 +50,12 @@ class Screen:
             message = f"reply_to {request.reply_to!r} does not exist (its client creates it)"
             return Rejection(ErrorCode.invalid_schema, message, tenant=request.tenant)
         return None
+
+    def _is_reply_topic(self, topic: str) -> bool:
+        known = self._reply_topic.get(topic)
+        if known is None:
+            known = self._reply_topic[topic] = self.topics.is_reply_topic(topic)
+        return known
 
     def _signed(self, request: Request) -> bool:
         """Whether ``request`` carries its tenant's signature (true for a tenant with no

@@ -9,7 +9,8 @@ from headrace.schemas.errors import ErrorCode
 from headrace.schemas.messages import Request
 from headrace.schemas.params import EmbedParams, GenerateParams
 from headrace.workers.dispatcher import events as ev
-from headrace.workers.dispatcher.routing import Here, Onward, route
+from headrace.workers.dispatcher.intake import Rejection
+from headrace.workers.dispatcher.routing import Here, Onward, count_requests, route
 from tests.workers.dispatcher.rig import TOPICS, Rig, ids, of
 from tests.workers.dispatcher.test_core import P16, committed
 
@@ -128,3 +129,43 @@ def test_the_committed_offset_of_a_bucket_waits_for_its_forwards() -> None:
     [forward] = of(ev.Forward, rig.actions)
     rig.handle(ev.AnswersDelivered([forward.ref]))
     assert committed(rig.tick(0.2), P16) == 2
+
+
+def words(texts: object) -> list[int]:
+    """A counter of words, as the rig's tokenizer counts (texts as a sequence of str)."""
+    return [len(t.split()) for t in texts]  # type: ignore[attr-defined]
+
+
+def test_a_polls_requests_are_counted_in_one_call_and_a_rejection_counts_nothing() -> None:
+    calls: list[list[str]] = []
+
+    def counter(texts: object) -> list[int]:
+        calls.append(list(texts))  # type: ignore[call-overload]
+        return words(texts)
+
+    skipped = Rejection(ErrorCode.invalid_schema, "not a request")
+    plain = [request(), skipped, request()]
+    plain[0] = plain[0].model_copy(update={"input": "one two three"})
+    assert count_requests(counter, plain) == [3, 0, 1]
+    assert calls == [["one two three", "x"]]  # the plain poll: the inputs only, in one call
+    pair = request().model_copy(update={"input": "a b", "input_pair": "c d e"})
+    ids = request().model_copy(update={"input": "", "input_ids": [7, 8, 9]})
+    mixed = [pair, skipped, ids, request()]
+    assert count_requests(counter, mixed) == [5, 0, 3, 1]  # "" counts 0 words here
+    assert calls[-1] == ["a b", "c d e", "", "x"]
+
+
+def test_a_request_whose_count_raises_becomes_a_rejection_and_the_rest_are_counted() -> None:
+    def counter(texts: object) -> list[int]:
+        if any("boom" in t for t in texts):  # type: ignore[attr-defined]
+            raise ValueError("cannot")
+        return words(texts)
+
+    parsed: list[Request | Rejection] = [
+        request().model_copy(update={"input": "fine text"}),
+        request().model_copy(update={"input": "boom"}),
+    ]
+    assert count_requests(counter, parsed) == [2, 0]
+    rejected = parsed[1]
+    assert isinstance(rejected, Rejection) and rejected.code is ErrorCode.invalid_schema
+    assert "could not be tokenized: ValueError" in rejected.message
