@@ -29,7 +29,6 @@ batch (its task's JSON, the Celery send) is shared by more requests.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import uuid
 from collections import defaultdict
@@ -49,6 +48,7 @@ from headrace.schemas.topics import Topics
 from headrace.schemas.wire import request_body
 from headrace.transport import open_transport
 from headrace.transport.base import Partition, Record
+from headrace.workers import task_body
 from headrace.workers.collector import tune_collector
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.config import CoreConfig
@@ -58,6 +58,7 @@ from headrace.workers.dispatcher.io.metrics import PrometheusObserver
 from headrace.workers.tasks import batch_sender, task_args
 
 PARTITIONS = 2
+EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}  # Celery's
 
 
 @dataclass
@@ -183,8 +184,8 @@ class Rig:
 def run(settings: Settings, requests: int, poll: int) -> Figures:
     tune_collector()  # as the dispatcher process does once it has started (the records made
     # below stand for the broker's and are walked by the collector as a poll's would be)
-    # each batch's task made as Celery's message body, not sent
-    rig = Rig(settings, lambda action: json.dumps([task_args(action.batch), {}, {}]))
+    # each batch's task made as Celery's message body (task_body's frame), not sent
+    rig = Rig(settings, lambda action: task_body.encode((task_args(action.batch), {}, EMBED)))
     config, tokenizer = rig.config, rig.tokenizer
     records = records_of(settings, requests)
     busy = 0.0  # seconds spent in the dispatcher's work (not in the waits for due batches)

@@ -11,18 +11,20 @@ from headrace.config.settings import Settings
 from headrace.connections import broker_url
 from headrace.schemas.messages import Batch
 from headrace.schemas.wire import batch_body
+from headrace.workers import task_body
 
 TASK_NAME = "headrace.run_batch"
 
 
 def celery_app(settings: Settings) -> Celery:
-    """A Celery app on the Redis broker, JSON only, late acks, prefetch 1. A worker reads its
-    queues in the order it lists them (kombu's ``priority`` strategy, not round robin): the
-    online lane's before the bulk lane's."""
+    """A Celery app on the Redis broker, JSON only (a batch's task is framed JSON,
+    ``task_body``), late acks, prefetch 1. A worker reads its queues in the order it lists
+    them (kombu's ``priority`` strategy, not round robin): the online lane's before the bulk
+    lane's."""
     app = Celery("headrace", broker=broker_url(settings))
     app.conf.update(
         task_serializer="json",
-        accept_content=["json"],
+        accept_content=["json", task_body.SERIALIZER],
         result_serializer="json",
         task_ignore_result=True,
         result_backend=None,
@@ -40,9 +42,9 @@ def celery_app(settings: Settings) -> Celery:
 
 
 def task_args(batch: Batch) -> list[str]:
-    """The task's arguments: the batch as one JSON string (pydantic's serializer in Rust,
-    and the message's JSON then only quotes it: 3.1 against 5.4 us a request, measured for
-    a 14-row batch, for building the batch's dict and encoding it in Python)."""
+    """The task's arguments: the batch as one JSON string (pydantic's serializer in Rust:
+    3.1 against 5.4 us a request, measured for a 14-row batch, for building the batch's dict
+    and encoding it in Python), which the message's body carries as it is (``task_body``)."""
     return [batch_body(batch)]
 
 
@@ -70,10 +72,12 @@ def batch_sender(settings: Settings) -> BatchSend:
         # through the anonymous exchange (on Redis, an LPUSH onto the queue's list), which
         # needs no binding, and each worker declares the queues it consumes; the cached
         # declaration check cost a quarter of the send's CPU (docs/benchmarks.md).
+        # serializer: the batch's JSON framed, not quoted (task_body).
         app.send_task(
             TASK_NAME,
             args=task_args(batch),
             queue=queue,
+            serializer=task_body.SERIALIZER,
             argsrepr=f"batch {batch.batch_id}",
             kwargsrepr="",
             countdown=countdown,

@@ -70,6 +70,6 @@ def test_tls_files_and_redis_password_pass_through() -> None:
 
 def test_celery_accepts_json_only() -> None:
     app = tasks.celery_app(Settings())
-    assert app.conf.accept_content == ["json"]
+    assert app.conf.accept_content == ["json", "headrace-batch"]  # framed JSON: task_body
     assert app.conf.task_serializer == "json" and app.conf.result_serializer == "json"
     assert app.conf.task_acks_late and app.conf.worker_prefetch_multiplier == 1

@@ -1,5 +1,6 @@
-"""The batch as a Celery task message on the machine's real Redis (127.0.0.1:6379): JSON,
-the batch in the body, and headers that name the batch instead of repeating its texts."""
+"""The batch as a Celery task message on the machine's real Redis (127.0.0.1:6379): the
+batch's JSON in the body as it is (framed, not quoted), headers that name the batch
+instead of repeating its texts, and a worker's Celery reading it back."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import time
 import uuid
 
 import redis
+from kombu.serialization import loads, prepare_accept_content
 
 from headrace.config.settings import Settings
 from headrace.schemas.messages import Batch, BatchItem, RecordRef, Request
-from headrace.workers.tasks import TASK_NAME, batch_of, batch_sender
+from headrace.schemas.wire import batch_body
+from headrace.workers import task_body
+from headrace.workers.tasks import TASK_NAME, batch_of, batch_sender, celery_app
 
 
 def test_a_batch_goes_out_as_json_whose_headers_name_it_without_its_texts() -> None:
@@ -22,7 +26,7 @@ def test_a_batch_goes_out_as_json_whose_headers_name_it_without_its_texts() -> N
         request_id="r1",
         tenant="acme",
         model="all-MiniLM-L6-v2",
-        input="a secret sentence",
+        input='a secret sentence, "quoted", über',
         reply_to="replies",
         token_count=4,
     )
@@ -45,15 +49,25 @@ def test_a_batch_goes_out_as_json_whose_headers_name_it_without_its_texts() -> N
     assert bindings == []
     assert isinstance(raw, bytes)
     message = json.loads(raw)
-    assert message["content-type"] == "application/json"
+    assert message["content-type"] == task_body.CONTENT_TYPE
     assert message["headers"]["task"] == TASK_NAME
     assert message["headers"]["argsrepr"] == "batch b-1"
     assert "secret" not in json.dumps(message["headers"])
     assert "secret" not in json.dumps(message["properties"])
-    # the body: [args, kwargs, embed], the one argument the batch as a JSON string, which the
-    # worker reads back whole; a batch sent as an object (older dispatchers) reads the same
-    body = json.loads(base64.b64decode(message["body"]))
-    (payload,), kwargs, _ = body
+    # the body: [kwargs, embed] as a line of JSON, then the batch's JSON byte for byte
+    body = base64.b64decode(message["body"])
+    head, _, carried = body.partition(b"\n")
+    assert carried == batch_body(batch).encode()
+    assert json.loads(head)[0] == {}
+    # what a worker's Celery does with it: decoded by content type, if its app accepts it
+    accept = prepare_accept_content(celery_app(Settings(redis_url=url)).conf.accept_content)
+    (payload,), kwargs, _ = loads(
+        body, message["content-type"], message["content-encoding"], accept=accept
+    )
     assert isinstance(payload, str) and kwargs == {}
     assert batch_of(payload) == batch
+    # a task as dispatchers sent it before: plain JSON, the batch a string or an object
+    older = json.dumps([[batch_body(batch)], {}, {}]).encode()
+    (quoted,), _, _ = loads(older, "application/json", "utf-8", accept=accept)
+    assert batch_of(quoted) == batch
     assert batch_of(batch.model_dump(mode="json")) == batch
