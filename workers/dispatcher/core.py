@@ -5,7 +5,7 @@ its own actions, a tick) and returns actions (batches to send, error replies and
 letters, records forwarded to their proper bucket, commits, pauses, seeks, reply-topic
 scans), the shape of vLLM v1's scheduler. It owns the batchers, the flights, the offsets,
 bucket health, admission and routing by its own token counts (``records``, ``routing``),
-batches out (``departures``) and redelivery (``recovery``).
+batches out (``departures``), completions (``completions``) and redelivery (``recovery``).
 The shell (``headrace.workers.dispatcher.io.shell``) polls, calls ``handle`` and carries the
 actions out; unit tests drive the core with events and an injected clock.
 """
@@ -14,26 +14,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from cachetools import FIFOCache
 
-from headrace.schemas.messages import Completion
 from headrace.schemas.topics import LANES, Lane
 from headrace.transport.base import Partition
 from headrace.workers.dispatcher import events as ev
 from headrace.workers.dispatcher.bulk_share import BulkShare
 from headrace.workers.dispatcher.coalescing import Coalescer
+from headrace.workers.dispatcher.completions import take_completions
 from headrace.workers.dispatcher.config import CoreConfig
 from headrace.workers.dispatcher.deferrals import Deferrals
 from headrace.workers.dispatcher.departures import Departures, fair_batcher
 from headrace.workers.dispatcher.fair import FairBatcher
-from headrace.workers.dispatcher.flights import (
-    DispatcherStats,
-    Flights,
-    Pending,
-    ref_key,
-)
+from headrace.workers.dispatcher.flights import DispatcherStats, Flights, Pending
 from headrace.workers.dispatcher.followers import Followers
 from headrace.workers.dispatcher.health import BucketHealth
 from headrace.workers.dispatcher.observer import Observer
@@ -167,7 +162,14 @@ class DispatcherCore:
                     self.cancelled[key] = None
                     self.followers.drop(key, out)
             case ev.CompletionsRead():
-                self._completions(event.completions)
+                take_completions(
+                    event.completions,
+                    self.flights,
+                    self.health,
+                    self.workload,
+                    self.deferrals,
+                    self.quotas,
+                )
             case ev.WorkersSeen():
                 self._workers_seen(event, out)
             case ev.StateUnavailable():
@@ -326,32 +328,6 @@ class DispatcherCore:
         self.flights.queue(flight.bucket, list(flight.pending.values()), front=True)
         self.departures.set_paused(flight.bucket, flight.lane, True, out)
         self.recovery.state_failed("the batch queue refused a batch")
-
-    def _completions(self, completions: Sequence[Completion]) -> None:
-        for completion in completions:
-            for ref in completion.done:
-                self.flights.finish(ref)
-            flight = self.flights.get(completion.batch_id)
-            if flight is None:
-                continue  # a late answer from an attempt already sent again
-            self.health[flight.bucket].record(
-                ok=len(completion.done) - completion.failed, failed=completion.failed
-            )
-            self.workload.observe(
-                flight.bucket,
-                completion.compute_ms / 1000,
-                completion.computed,
-                completion.padded_tokens,
-            )
-            for ref in completion.done:
-                flight.pending.pop(ref_key(ref), None)
-            for ref in completion.deferred:
-                self.deferrals.hold(flight.bucket, flight.pending.pop(ref_key(ref), None))
-            if flight.lane == "online":
-                self.quotas.answered(flight.bucket, len(completion.done))
-            self.flights.uncount(flight)
-            if not flight.pending:
-                self.flights.take(completion.batch_id)
 
     def _release_held(self) -> None:
         for bucket, pending in self.deferrals.due():  # batched again with what else waits
