@@ -8,9 +8,11 @@ measured, against 3.6 and 4.6 us framed). So the body is framed instead: ``kwarg
 ``embed`` as one line of JSON, a newline, then the batch's JSON as it is (JSON has no raw
 newline, so the first one ends the line). It is still JSON only: nothing here unpickles.
 
-The content type is registered with kombu when this module is imported (``tasks`` does);
-workers accept it beside plain JSON, what dispatchers before 2026-12-07 sent, so tasks
-queued during an upgrade still run.
+The content type is registered with kombu when this module is imported (``tasks`` does).
+Workers accept it beside plain JSON, and say so with their beats (``WORKER_READS``); a
+dispatcher frames a batch only while every live worker has said it (``WorkersWatch.framed``),
+so a worker of an older release, which refuses the content type, is only ever sent plain
+JSON, and workers and dispatchers may be upgraded in either order.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kombu.serialization import register
 
 SERIALIZER = "headrace-batch"
 CONTENT_TYPE = "application/x-headrace-batch"
+WORKER_READS = "bodies"  # the key of a worker's beat info listing the bodies it reads
 
 
 def encode(body: Any) -> str:

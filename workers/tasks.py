@@ -3,6 +3,7 @@ only) and the one task's name. Importing this loads Celery, not the model."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from celery import Celery
@@ -60,9 +61,11 @@ class BatchSend(Protocol):
     def __call__(self, batch: Batch, queue: str, countdown: float | None = None) -> None: ...
 
 
-def batch_sender(settings: Settings) -> BatchSend:
-    """Sends a batch to a bucket's queue as the one task (JSON), ``countdown`` seconds from
-    now (None: at once)."""
+def batch_sender(settings: Settings, framed: Callable[[], bool] | None = None) -> BatchSend:
+    """Sends a batch to a bucket's queue as the one task, ``countdown`` seconds from now
+    (None: at once): framed (``task_body``) while ``framed()`` says every worker that may
+    take it reads that (the dispatcher asks the workers' beats: ``WorkersWatch.framed``),
+    else plain JSON, which every worker reads (no ``framed``: always)."""
     app = celery_app(settings)
 
     def send(batch: Batch, queue: str, countdown: float | None = None) -> None:
@@ -72,12 +75,12 @@ def batch_sender(settings: Settings) -> BatchSend:
         # through the anonymous exchange (on Redis, an LPUSH onto the queue's list), which
         # needs no binding, and each worker declares the queues it consumes; the cached
         # declaration check cost a quarter of the send's CPU (docs/benchmarks.md).
-        # serializer: the batch's JSON framed, not quoted (task_body).
+        # serializer: the batch's JSON framed, not quoted (task_body), once workers read it.
         app.send_task(
             TASK_NAME,
             args=task_args(batch),
             queue=queue,
-            serializer=task_body.SERIALIZER,
+            serializer=task_body.SERIALIZER if framed is not None and framed() else "json",
             argsrepr=f"batch {batch.batch_id}",
             kwargsrepr="",
             countdown=countdown,

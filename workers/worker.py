@@ -30,7 +30,7 @@ from headrace.health.ready import announce_ready
 from headrace.schemas.messages import Batch
 from headrace.schemas.topics import LANES, Topics
 from headrace.transport import TransportError
-from headrace.workers import tasks
+from headrace.workers import task_body, tasks
 from headrace.workers.batch_context import BatchContext
 from headrace.workers.batch_runner import run_batch
 from headrace.workers.collector import tune_collector
@@ -135,6 +135,7 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         "version": spec.version,
         "plan": loaded.plan.get("bucket_rows", {}),
         "slots": slots.count,
+        task_body.WORKER_READS: [task_body.SERIALIZER],  # framed batches (and plain JSON)
     }
 
     def beat() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from headrace.config.settings import Settings
+from headrace.connections import redis_client
 from headrace.consumers.replies import stream_replies
 from headrace.models.tokenizer import count_tokens
 from headrace.ops.processes import Pipeline
@@ -28,6 +29,8 @@ from headrace.schemas.messages import Reply, Request
 from headrace.schemas.topics import Topics
 from headrace.transport import open_transport
 from headrace.transport.kafka import clients as kafka_clients
+from headrace.workers.dispatcher.io.workers_seen import WorkersWatch
+from headrace.workers.ledger import RedisLedger
 from tests.integration.topics import read_topic
 from tests.reference import cosines, reference_embeddings
 
@@ -212,3 +215,16 @@ def test_stream_replies_yields_each_reply_once(client: Client) -> None:
     keys = [(r.tenant, r.request_id) for r in replies]
     assert len(keys) == len(set(keys)) > 0
     assert all(isinstance(r, Reply) for r in replies)
+
+
+def test_the_workers_say_they_read_framed_task_bodies(
+    shared_pipeline: Pipeline, shared_settings: Settings
+) -> None:
+    """The dispatcher frames a batch's task only while every live worker said it reads that
+    (an older worker is sent plain JSON): the pipeline's workers say so with their beats."""
+    s = shared_settings
+    ledger = RedisLedger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
+    watch = WorkersWatch(ledger, list(s.buckets), s.worker_heartbeat_s)
+    seen = watch.read([])
+    assert any(seen.live.values())
+    assert watch.framed

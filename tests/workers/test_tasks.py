@@ -36,10 +36,12 @@ def test_a_batch_goes_out_as_json_whose_headers_name_it_without_its_texts() -> N
     batch = Batch(
         batch_id="b-1", bucket=16, dispatcher_id="d1", dispatched_at=time.time(), items=[item]
     )
-    batch_sender(Settings(redis_url=url))(batch, queue)
+    batch_sender(Settings(redis_url=url), framed=lambda: True)(batch, queue)  # workers read it
+    batch_sender(Settings(redis_url=url))(batch, queue)  # no word of the workers: plain JSON
     client = redis.Redis.from_url(url)
     try:
-        raw = client.lpop(queue)
+        raw = client.rpop(queue)  # the first sent (kombu pushes on the left)
+        plain = client.rpop(queue)
         # sent through the anonymous exchange without declaring the queue: no binding of
         # kombu's was written (the declaration cost a quarter of the send); the worker that
         # consumes the queue declares it
@@ -66,7 +68,14 @@ def test_a_batch_goes_out_as_json_whose_headers_name_it_without_its_texts() -> N
     )
     assert isinstance(payload, str) and kwargs == {}
     assert batch_of(payload) == batch
-    # a task as dispatchers sent it before: plain JSON, the batch a string or an object
+    # plain JSON, as sent where the workers did not say they read framed bodies: the batch's
+    # JSON as a string, quoted; and as dispatchers sent it before, a string or an object
+    assert isinstance(plain, bytes)
+    message = json.loads(plain)
+    assert message["content-type"] == "application/json"
+    body = base64.b64decode(message["body"])
+    (quoted,), _, _ = loads(body, "application/json", "utf-8", accept=accept)
+    assert batch_of(quoted) == batch
     older = json.dumps([[batch_body(batch)], {}, {}]).encode()
     (quoted,), _, _ = loads(older, "application/json", "utf-8", accept=accept)
     assert batch_of(quoted) == batch

@@ -126,7 +126,7 @@ class Dispatcher:
         self.transport.ensure_topics([*topics, self.core.topics.dead_letter])
         self.ledger = self._ledger or RedisLedger(redis_client(s), s.topic_prefix, s.answered_ttl_s)
         self.workers = WorkersWatch(self.ledger, s.buckets, s.worker_heartbeat_s)
-        self.send_batch = self._send_batch or batch_sender(s)
+        self.send_batch = self._send_batch or batch_sender(s, lambda: self.workers.framed)
         # straight to an idle worker first (not with a sender of the caller's: its tests')
         self.handoff = (
             HandOff(redis_client(s), s.topic_prefix)

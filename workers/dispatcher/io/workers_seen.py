@@ -1,12 +1,14 @@
 """What the workers say of themselves in Redis, read for the core once a second (the shell's
 housekeeping): the live workers of each bucket (their heartbeats), which worker runs each
-batch in flight, and each live worker's version, memory plan and slots."""
+batch in flight, and each live worker's version, memory plan, slots and the task bodies it
+reads."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
 
+from headrace.workers import task_body
 from headrace.workers.dispatcher.events import WorkersSeen
 from headrace.workers.ledger import Ledger
 
@@ -21,6 +23,7 @@ class WorkersWatch:
         self.buckets = buckets
         self.heartbeat_s = heartbeat_s
         self._plans: dict[str, Mapping[int, int]] = {}  # the plans last seen (logged on change)
+        self.framed = False  # every live worker reads framed task bodies (task_body)
 
     def read(self, in_flight: list[str]) -> WorkersSeen:
         """Every bucket's live workers, the runner of each batch of ``in_flight``, and what
@@ -29,6 +32,8 @@ class WorkersWatch:
         runners = dict(zip(in_flight, self.ledger.runners(in_flight), strict=True))
         info = self.ledger.worker_info(sorted(set().union(*live.values())))
         plans = {w: _rows(i.get("plan")) for w, i in info.items()}
+        every = set().union(*live.values())
+        self.framed = bool(every) and all(_reads_framed(info.get(w, {})) for w in every)
         if plans != self._plans:
             log.info("worker plans read: %s", {w: dict(p) for w, p in sorted(plans.items())})
             self._plans = dict(plans)
@@ -39,6 +44,13 @@ class WorkersWatch:
             plans=plans,
             slots={w: _slots(i.get("slots")) for w, i in info.items()},
         )
+
+
+def _reads_framed(info: Mapping[str, object]) -> bool:
+    """Whether a worker said it reads framed task bodies (one of an older release says
+    nothing, and is sent plain JSON)."""
+    reads = info.get(task_body.WORKER_READS)
+    return isinstance(reads, list) and task_body.SERIALIZER in reads
 
 
 def _slots(said: object) -> int:

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from headrace.workers import task_body
 from headrace.workers.dispatcher.io.workers_seen import BEATS_BEFORE_DEAD, WorkersWatch
 from headrace.workers.ledger.memory import MemoryLedger
 
@@ -46,3 +47,25 @@ def test_live_workers_runners_and_what_each_says_of_itself(
     clock.now += BEATS_BEFORE_DEAD * 2.0 + 0.1  # both missed their beats
     ledger.heartbeat("w2", [32])
     assert watch.read([]).live == {16: frozenset(), 32: frozenset({"w2"}), 64: frozenset()}
+
+
+def test_batches_are_framed_only_while_every_live_worker_reads_framed_bodies() -> None:
+    clock = Clock()
+    ledger = MemoryLedger(clock=clock)
+    watch = WorkersWatch(ledger, [16, 32], heartbeat_s=2.0)
+    watch.read([])
+    assert not watch.framed  # no worker seen: plain JSON, which any worker reads
+    reads = {task_body.WORKER_READS: [task_body.SERIALIZER]}
+    ledger.heartbeat("new-1", [16], reads)
+    ledger.heartbeat("new-2", [32], reads)
+    watch.read([])
+    assert watch.framed
+    ledger.heartbeat("old", [32], {"slots": 2})  # an older release says nothing of bodies
+    watch.read([])
+    assert not watch.framed
+    ledger.heartbeat("odd", [32], {task_body.WORKER_READS: "headrace-batch"})  # not a list
+    clock.now += BEATS_BEFORE_DEAD * 2.0 + 0.1  # "old" and "odd" gone; the new ones beat on
+    ledger.heartbeat("new-1", [16], reads)
+    ledger.heartbeat("new-2", [32], reads)
+    watch.read([])
+    assert watch.framed
