@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,3 +101,31 @@ def test_token_ids_are_embedded_as_given_not_decoded(backend: EmbeddingBackend) 
     flagged, cut = backend.encode_ids([long_row, long_row], [False, True])
     assert flagged.too_long and flagged.token_count == 602
     assert cut.truncated and cut.ids[-1] == 102 and len(cut.ids) == backend.max_tokens
+
+
+def test_a_forward_pass_checks_no_signature_and_gives_the_same_vectors(
+    backend: EmbeddingBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers' feed-forward chunking checked every layer's arity with
+    ``inspect.signature`` on every pass (``backends.chunking``): none now, same vectors."""
+    from transformers import pytorch_utils
+    from transformers.models.bert import modeling_bert
+
+    encoded = backend.encode(TEXTS, [False] * len(TEXTS))
+    checked: list[int] = []
+    real_signature = inspect.signature
+
+    def counted(*args: Any, **kwargs: Any) -> inspect.Signature:
+        checked.append(1)
+        return real_signature(*args, **kwargs)
+
+    monkeypatch.setattr(inspect, "signature", counted)
+    fast, _, _ = backend.embed(encoded, [True] * len(encoded))
+    assert checked == []
+    # transformers' own function, for comparison: it checks (so the count above can fail)
+    monkeypatch.setattr(
+        modeling_bert, "apply_chunking_to_forward", pytorch_utils.apply_chunking_to_forward
+    )
+    slow, _, _ = backend.embed(encoded, [True] * len(encoded))
+    assert len(checked) >= 6  # a check a layer: MiniLM has six
+    assert np.allclose(np.asarray(fast), np.asarray(slow), atol=1e-6)
