@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from headrace.workers.backends.base import EncodedItem, default_shapes
+from headrace.workers.backends.chunking import transformers_own
 from headrace.workers.backends.embedding import EmbeddingBackend
 
 BUCKETS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
@@ -136,16 +137,17 @@ def _sentence_transformers(
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         return {"skipped": f"sentence-transformers not installed ({exc})"}
-    model = SentenceTransformer(str(model_dir), device=str(device))
-    model.max_seq_length = 512
-    if device.type == "cuda":
-        model.half()
-    model.encode(texts[:64], batch_size=32)  # warm up
     out: dict[str, Any] = {}
-    for size in sizes:
-        sync(device)
-        start = time.perf_counter()
-        model.encode(texts, batch_size=size, convert_to_numpy=True)
-        sync(device)
-        out[str(size)] = {"useful_tok_s": round(useful / (time.perf_counter() - start))}
+    with transformers_own():  # as its users run it: transformers' layers, checks and all
+        model = SentenceTransformer(str(model_dir), device=str(device))
+        model.max_seq_length = 512
+        if device.type == "cuda":
+            model.half()
+        model.encode(texts[:64], batch_size=32)  # warm up
+        for size in sizes:
+            sync(device)
+            start = time.perf_counter()
+            model.encode(texts, batch_size=size, convert_to_numpy=True)
+            sync(device)
+            out[str(size)] = {"useful_tok_s": round(useful / (time.perf_counter() - start))}
     return out

@@ -14,7 +14,8 @@ transformers' own.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 NAME = "apply_chunking_to_forward"
@@ -35,6 +36,24 @@ def skip_chunking_checks() -> int:
             setattr(module, NAME, direct)
             rebound += 1
     return rebound
+
+
+@contextmanager
+def transformers_own() -> Iterator[None]:
+    """transformers' own function back where it was rebound, within: a baseline measured as
+    its users run it (``scripts/gpu_bench_embeddings.py``'s sentence-transformers)."""
+    rebound: list[tuple[Any, Callable[..., Any]]] = []
+    for name, module in list(sys.modules.items()):
+        direct = getattr(module, NAME, None) if name.startswith("transformers.models.") else None
+        if direct is not None and getattr(direct, "__module__", None) == __name__:
+            rebound.append((module, direct))
+    for module, direct in rebound:
+        setattr(module, NAME, direct.__wrapped__)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for module, direct in rebound:
+            setattr(module, NAME, direct)
 
 
 def _direct(original: Callable[..., Any]) -> Callable[..., Any]:

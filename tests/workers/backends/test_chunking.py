@@ -36,3 +36,14 @@ def test_a_model_module_is_rebound_once_and_computes_the_same(module: types.Modu
     assert torch.equal(direct(double, 2, 0, x), x * 2)  # chunked: transformers' own
     with pytest.raises(ValueError, match="multiple of the chunk size"):
         direct(double, 3, 0, x)  # transformers' own checks still hold where it chunks
+
+
+def test_transformers_own_function_is_back_within_and_rebound_after(
+    module: types.ModuleType,
+) -> None:
+    chunking.skip_chunking_checks()
+    direct = module.apply_chunking_to_forward
+    assert direct is not pytorch_utils.apply_chunking_to_forward
+    with chunking.transformers_own():
+        assert module.apply_chunking_to_forward is pytorch_utils.apply_chunking_to_forward
+    assert module.apply_chunking_to_forward is direct
