@@ -59,18 +59,24 @@ def test_normalize_flag_is_per_row(backend: EmbeddingBackend) -> None:
     assert norms[1] != pytest.approx(1.0, abs=1e-2)
 
 
+def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[int]:
+    """``owner.name`` replaced by itself, counted: one entry a call."""
+    calls: list[int] = []
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
 def test_a_batch_is_built_without_a_tensor_per_row(
     backend: EmbeddingBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encoded = backend.encode(TEXTS * 20, [False] * len(TEXTS) * 20)
-    made: list[int] = []
-    real_tensor = torch.tensor
-
-    def counted(*args: Any, **kwargs: Any) -> torch.Tensor:
-        made.append(1)
-        return real_tensor(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "tensor", counted)
+    made = counting(monkeypatch, torch, "tensor")
     vectors, real, _ = backend.embed(encoded, [True] * len(encoded))
     assert len(vectors) == len(encoded) and real == sum(len(e.ids) for e in encoded)
     assert len(made) <= 1, f"{len(made)} tensors for {len(encoded)} rows"  # the normalize flags
@@ -112,14 +118,7 @@ def test_a_forward_pass_checks_no_signature_and_gives_the_same_vectors(
     from transformers.models.bert import modeling_bert
 
     encoded = backend.encode(TEXTS, [False] * len(TEXTS))
-    checked: list[int] = []
-    real_signature = inspect.signature
-
-    def counted(*args: Any, **kwargs: Any) -> inspect.Signature:
-        checked.append(1)
-        return real_signature(*args, **kwargs)
-
-    monkeypatch.setattr(inspect, "signature", counted)
+    checked = counting(monkeypatch, inspect, "signature")
     fast, _, _ = backend.embed(encoded, [True] * len(encoded))
     assert checked == []
     # transformers' own function, for comparison: it checks (so the count above can fail)

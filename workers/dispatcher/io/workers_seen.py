@@ -30,9 +30,9 @@ class WorkersWatch:
         the live workers say of themselves."""
         live = self.ledger.live_workers(self.buckets, BEATS_BEFORE_DEAD * self.heartbeat_s)
         runners = dict(zip(in_flight, self.ledger.runners(in_flight), strict=True))
-        info = self.ledger.worker_info(sorted(set().union(*live.values())))
-        plans = {w: _rows(i.get("plan")) for w, i in info.items()}
         every = set().union(*live.values())
+        info = self.ledger.worker_info(sorted(every))
+        plans = {w: _rows(i.get("plan")) for w, i in info.items()}
         self.framed = bool(every) and all(_reads_framed(info.get(w, {})) for w in every)
         if plans != self._plans:
             log.info("worker plans read: %s", {w: dict(p) for w, p in sorted(plans.items())})
