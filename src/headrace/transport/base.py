@@ -12,7 +12,7 @@ interfaces. ``headrace.transport.kafka`` implements them with kafka-python (the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -158,6 +158,11 @@ class Reader(Protocol):
 
 
 class Writer(Protocol):
+    def track(self, topics: Iterable[str]) -> None:
+        """The topics this writer will send to, made known to it now, all at once, so that
+        the first record to each does not wait to learn where that topic lives."""
+        ...
+
     def send(
         self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
     ) -> None: ...

@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,6 +246,9 @@ class MemoryWriter:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
         self._pending: list[tuple[str, bytes | None, bytes, Headers]] = []
+
+    def track(self, topics: Iterable[str]) -> None:
+        """Every topic is known here: nothing to learn."""
 
     def send(
         self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()

@@ -4,7 +4,9 @@ left it out of every fetch: the stall a bulk job's backpressure hit every ~6,000
 A record sent to a topic the producer knows only from its first metadata is acknowledged
 even when a send to a newer topic refreshes the metadata (3.0.12 forgot its leader). A send
 whose topic a metadata answer drops while it runs is sent once the topic is back (3.0.12
-refused it with ValueError). A group
+refused it with ValueError). A writer told its topics up front sends its first record to
+each without waiting for a metadata answer of that topic's own (3.0.12 waited one refresh,
+100 ms apart, for every new topic). A group
 consumer's poll asks its IO thread whether the group coordinator is known only when it is not
 (3.0.12 asked on every poll: a thread hand-off each time)."""
 
@@ -27,6 +29,7 @@ from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.transport import open_transport
 from headrace.transport.kafka import clients as kafka_clients
+from headrace.transport.kafka.delivery import ReliableProducer
 from headrace.transport.kafka.diagnostics import partition_state
 from headrace.transport.kafka.fixes import known_coordinator_fast, resume, send, track_topic
 
@@ -124,6 +127,66 @@ def send_to_a_known_then_a_new_topic(track: bool) -> tuple[bool, bool]:
 def test_a_record_for_a_topic_known_only_from_the_first_metadata_leaves(stack: LocalStack) -> None:
     assert send_to_a_known_then_a_new_topic(track=False) == (False, True)  # kafka-python's bug
     assert send_to_a_known_then_a_new_topic(track=True) == (True, True)
+
+
+def first_sends_that_waited(writer: ReliableProducer, topics: list[str]) -> list[str]:
+    """One record to each of ``topics`` (flushed): the topics whose send found their
+    metadata unknown and waited for an answer."""
+    producer = writer.producer
+    waited: list[str] = []
+    wait = producer._wait_on_metadata
+
+    def counted(topic: str, max_wait_ms: float) -> Any:
+        if producer._metadata.partitions_for_topic(topic) is None:
+            waited.append(topic)
+        return wait(topic, max_wait_ms)
+
+    producer._wait_on_metadata = counted
+    for topic in topics:
+        writer.send(topic, b"first")
+    assert len(writer.flush()) == len(topics)
+    return waited
+
+
+def refreshed(writer: ReliableProducer, since_ms: float, timeout_s: float = 10) -> bool:
+    """Wait until a metadata answer newer than ``since_ms`` has landed."""
+    metadata = writer.producer._metadata
+    deadline = time.monotonic() + timeout_s
+    while metadata._last_successful_refresh_ms <= since_ms:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def first_sends_after_one(writer: ReliableProducer, topics: list[str]) -> list[str]:
+    """A record to the first of ``topics``, then, once the metadata refresh that send asked
+    for has landed, one to each of the rest: those whose send waited to learn its topic."""
+    before = writer.producer._metadata._last_successful_refresh_ms
+    assert first_sends_that_waited(writer, topics[:1]) == []  # known from the first answer
+    assert refreshed(writer, before), "no refresh after the first send: the test shows nothing"
+    return first_sends_that_waited(writer, topics[1:])
+
+
+def test_a_writer_told_its_topics_sends_to_each_without_waiting_to_learn_it(
+    stack: LocalStack,
+) -> None:
+    settings = Settings(topic_prefix=f"t-track-{uuid.uuid4().hex[:8]}")
+    topics = [f"{settings.topic_prefix}.b{i}" for i in range(6)]
+    kafka_clients.ensure_topics(settings, topics, partitions=1)
+    transport = open_transport(settings)
+    plain, told = transport.writer(10), transport.writer(10)
+    try:
+        assert first_sends_after_one(plain, topics) == topics[1:]  # kafka-python's way
+        told.track(topics)
+        assert first_sends_after_one(told, topics) == []
+        told._replace()  # a fresh producer (after a fatal error) is told them too
+        fresh = told.producer
+        assert set(topics) <= fresh._metadata._topics | fresh._sender._topics_to_add
+    finally:
+        plain.close()
+        told.close()
+        transport.close()
 
 
 def test_a_send_whose_topic_a_metadata_answer_drops_while_it_runs_goes_once_the_topic_is_back(

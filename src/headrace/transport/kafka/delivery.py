@@ -79,8 +79,15 @@ class ReliableProducer:
         self.producer = factory()
         self._sent: list[_Sent] = []
         self._good: dict[tuple[str, int], int] = {}  # highest acknowledged offset seen
+        self._tracked: list[str] = []  # track()'s topics, tracked again by a fresh producer
         self.replaced = 0
         self.uncertain = 0  # acknowledgements without an offset, checked by reading back
+
+    def track(self, topics: Iterable[str]) -> None:
+        """The topics this writer will send to, their metadata asked for in one request now
+        (see ``fixes.track_topics``)."""
+        self._tracked = list(dict.fromkeys([*self._tracked, *topics]))
+        fixes.track_topics(self.producer, self._tracked)
 
     def send(
         self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
@@ -258,6 +265,7 @@ class ReliableProducer:
             log.warning("no fresh producer yet (%r); keeping the old one", exc)
             return
         old, self.producer = self.producer, fresh
+        fixes.track_topics(fresh, self._tracked)
         try:
             old.close(timeout=0)
         except Exception:  # a producer in a fatal state may fail to close; it is dropped anyway

@@ -21,6 +21,13 @@ bring (seen: a dispatcher's dead letter, sent just before an error reply to a re
 created after the dispatcher started, stayed unanswered until the process ended).
 ``track_topic`` makes the producer track a topic before the first record is sent to it.
 
+**A producer learns its topics one refresh at a time** (kafka-python 3.0.12). The first
+record to a topic it does not track adds that topic and waits for a metadata answer, and
+refreshes are at least ``retry_backoff_ms`` (100 ms) apart: a client whose first requests
+went to nine bucket topics waited 93-102 ms at each, 0.96 s before its 600th request was
+produced (measured; the local stack, a client a second old). ``track_topics`` adds every
+topic a writer will send to at once: one refresh answers for all of them.
+
 **A send refused because a metadata answer dropped its topic mid-way** (kafka-python 3.0.12).
 Tracking a topic is asynchronous (the sender thread adds it on its next turn), so an answer
 to a metadata request made before that can still land, and it replaces what the producer
@@ -64,6 +71,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import TopicPartitionState
 from kafka.producer.future import FutureRecordMetadata
 from kafka.structs import TopicPartition
+from kafka.util import ensure_valid_topic_name
 
 
 def resume(consumer: KafkaConsumer, *partitions: TopicPartition) -> None:
@@ -83,6 +91,23 @@ def track_topic(producer: KafkaProducer, topic: str) -> None:
     tracked = getattr(getattr(producer, "_metadata", None), "_topics", None)
     if sender is not None and tracked is not None and topic not in tracked:
         sender.add_topic(topic)
+
+
+def track_topics(producer: KafkaProducer, topics: Iterable[str]) -> None:
+    """``track_topic`` for each of ``topics``, before any is sent to, handed to the sender
+    thread in one step: it adds them on one turn, so one metadata request asks for all of
+    them (one by one, a turn could take some and ask before the rest came)."""
+    sender = getattr(producer, "_sender", None)
+    tracked = getattr(getattr(producer, "_metadata", None), "_topics", None)
+    waiting = getattr(sender, "_topics_to_add", None)
+    if sender is None or tracked is None or waiting is None:
+        return
+    new = [topic for topic in dict.fromkeys(topics) if topic not in tracked]
+    for topic in new:
+        ensure_valid_topic_name(topic)
+    if new:
+        waiting.update(new)  # one step under the GIL
+        sender.wakeup()
 
 
 DROPPED_TOPIC_TRIES = 3
