@@ -8,8 +8,9 @@ reassembles them in order, each once (``consumers/streams.py``).
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from headrace.consumers.streams import DeltaAssembler
@@ -142,16 +143,23 @@ class GenerationMixin:
             loop.call_soon_threadsafe(queue.put_nowait, delta)
 
         self._listener.watch(self.tenant, rid, on_delta)
-        submission = await asyncio.to_thread(
-            self._submit_generation, prompt, model, rid, generation, session_id, priority, semantic
-        )
-        submission.future.add_done_callback(
-            lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.result())
-        )
+        gone = Gone(lambda: self.abandon([rid]))
+
+        def submit() -> Submission:
+            submission = self._submit_generation(
+                prompt, model, rid, generation, session_id, priority, semantic
+            )
+            gone.submitted()  # abandoned here if the reader left while this ran
+            return submission
+
         assembler = DeltaAssembler()
         deadline = loop.time() + wait_s
         answered = False
         try:
+            submission = await asyncio.to_thread(submit)
+            submission.future.add_done_callback(
+                lambda f: loop.call_soon_threadsafe(queue.put_nowait, f.result())
+            )
             while True:
                 try:
                     item = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
@@ -169,7 +177,7 @@ class GenerationMixin:
                 yield result
                 return
         finally:
-            if not answered:  # timed out, or the reader went away (closed, cancelled)
+            if not answered and gone.left():  # timed out, or the reader went away
                 loop.run_in_executor(None, self.abandon, [rid])
 
     def _submit_generation(
@@ -195,6 +203,32 @@ class GenerationMixin:
         submission = self.send(request, bucket, semantic=semantic)
         self.flush()
         return submission
+
+
+class Gone:
+    """A stream's request abandoned exactly once when its reader leaves: at once if it was
+    submitted, else by the submitting thread as soon as it is (a reader that leaves while
+    its request is still being produced would otherwise leave it awaited forever, holding
+    a place under ``client_max_pending``)."""
+
+    def __init__(self, abandon: Callable[[], None]) -> None:
+        self._abandon = abandon
+        self._lock = threading.Lock()
+        self._submitted = self._left = False
+
+    def submitted(self) -> None:
+        """The request is out (on the submitting thread): abandoned now if the reader left."""
+        with self._lock:
+            self._submitted = True
+            left = self._left
+        if left:
+            self._abandon()
+
+    def left(self) -> bool:
+        """The reader left: whether the caller abandons it now (it was submitted)."""
+        with self._lock:
+            self._left = True
+            return self._submitted
 
 
 def _generation(reply: Reply) -> GenerationResult:

@@ -4,8 +4,10 @@ A test plays the pipeline by reading the request topics and writing replies."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.producers.client import Client, record_key
 from headrace.producers.config import ClientConfig
+from headrace.producers.submission import Submission
 from headrace.schemas.control import Control
 from headrace.schemas.errors import BackpressureError, InvalidRequestError, ReplyTimeoutError
 from headrace.schemas.messages import CacheDirective, EmbeddingResult, Reply, Request
@@ -148,6 +151,37 @@ def test_a_stream_whose_reader_goes_away_is_abandoned() -> None:
         asyncio.run(read_then_leave(client))
         eventually(lambda: client.pending == 0, 5, "nothing pending")
         assert cancelled_ids(transport) == ["gone-1"]
+
+
+def test_a_stream_whose_reader_leaves_while_its_request_is_produced_is_abandoned_once_out() -> None:
+    """The reader gives up while its request is still being produced (held here; a slow
+    broker or a first use of the tokenizer in real life): once the request is out it is
+    abandoned, its place freed and a cancel sent, not left awaited forever."""
+    transport = MemoryTransport()
+    settings = Settings(topic_prefix="c", client_max_pending=1, client_on_full="raise")
+    producing, release = threading.Event(), threading.Event()
+    with Client(settings, tenant="acme", transport=transport) as client:
+        submit = client._submit_generation
+
+        def held(*args: Any) -> Submission:
+            producing.set()
+            release.wait(10)
+            return submit(*args)
+
+        client._submit_generation = held  # type: ignore[method-assign]
+
+        async def leave_while_producing() -> None:
+            events = client.stream_events("hello", model=LM, wait_s=60, request_id="gone-2")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(anext(events), 0.5)
+            await events.aclose()
+            assert producing.is_set() and client.pending == 0, "not left while producing"
+            release.set()
+
+        asyncio.run(leave_while_producing())
+        eventually(lambda: cancelled_ids(transport) == ["gone-2"], 5, "the cancel")
+        assert client.pending == 0
+        client.submit("the place is free again")
 
 
 def test_a_tenant_with_a_key_signs_its_requests_and_cancellations(tmp_path: Path) -> None:
