@@ -7,7 +7,7 @@ runner back; ``worker`` builds it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -23,6 +23,11 @@ from headrace.workers.ledger import Ledger, ReplyAt
 
 
 class ReplySink(Protocol):
+    def track(self, topics: Iterable[str]) -> None:
+        """The reply topics a batch will answer on, named when it starts: a broker client
+        learns the new ones while the model computes, not one by one as replies go out."""
+        ...
+
     def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
         """``headers``: the request's trace context (``traceparent``)."""
         ...

@@ -3,7 +3,7 @@ read-back for brokers that may lose what they acknowledged (``TopicReplySink``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from cachetools import FIFOCache
 
@@ -25,6 +25,9 @@ class TopicReplySink:
         self.out = transport.writer(settings.reply_delivery_timeout_s, idempotent=True)
         self._checker: Reader | None = None  # reads replies back (``missing``)
         self._confirmed: FIFOCache[tuple[ReplyAt, str], None] = FIFOCache(maxsize=100_000)
+
+    def track(self, topics: Iterable[str]) -> None:
+        self.out.track(topics)
 
     def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
         """To ``topic``, which its client made (a worker creates no topic: the dispatcher

@@ -5,7 +5,7 @@ comparison (``comparisons``) against what the served version answered."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from headrace.health.tracing import Headers
@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 class _Discard:
     """A reply sink that sends nothing: a shadow's stream deltas go nowhere."""
+
+    def track(self, topics: Iterable[str]) -> None:
+        pass
 
     def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
         pass

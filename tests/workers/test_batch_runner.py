@@ -9,6 +9,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ from headrace.workers.ledger import ClaimState, MemoryLedger, RedisLedger
 from headrace.workers.reply_sink import TopicReplySink
 from tests.eventually import eventually
 from tests.models.loaded import loaded_minilm
+from tests.transport.kafka.metadata import knows, refresh, unknown_topic_waits
 from tests.workers.batches import make_batch, memory_sink, runner_sink
 
 MODEL = "all-MiniLM-L6-v2"
@@ -278,6 +280,58 @@ def test_batches_take_turns_at_the_model_and_one_delivers_while_the_next_compute
     assert held.released is True  # the second batch computed while the first delivered
     assert model.most_inside == 1  # never two batches in the model at once
     assert len(done["first"].done) == 2 and len(done["second"].done) == 1
+
+
+class UntilKnown(FaultyBackend):
+    """Computes once ``producer`` knows every one of ``topics`` (10 s at most): a batch's
+    compute is what gives its reply topics' refresh time to land."""
+
+    def __init__(self, inner: EmbeddingBackend, producer: Any, topics: list[str]) -> None:
+        super().__init__(inner)
+        self.producer, self.topics = producer, topics
+        self.known: bool | None = None
+
+    def embed(
+        self, items: list[EncodedItem], normalize: list[bool]
+    ) -> tuple[list[list[float]], int, int]:
+        self.known = knows(self.producer, self.topics)
+        return super().embed(items, normalize)
+
+
+def test_a_batch_learns_its_reply_topics_while_it_computes(
+    stack: LocalStack, backend: EmbeddingBackend
+) -> None:
+    """A batch of five tenants' requests, on a worker whose producer has refreshed its
+    metadata since it started (a worker a while up): their reply topics are learnt while the
+    model computes, so no reply waits to learn its topic (one by one, each waited for a
+    refresh of its own, 100 ms apart)."""
+    prefix = f"t-learn-{uuid.uuid4().hex[:8]}"
+    settings = Settings(topic_prefix=prefix)
+    topics = Topics(prefix)
+    tenants = [f"tenant{i}" for i in range(5)]
+    replies_to = [topics.replies(t) for t in tenants]
+    sink = runner_sink(settings)
+    sink.transport.ensure_topics(replies_to, partitions=1)
+    producer = sink.out.producer
+    sink.out.send(topics.replies("runner"), b"{}")  # the one topic it tracks
+    sink.flush()
+    assert refresh(producer, [topics.replies("runner")]), "no refresh: the test shows nothing"
+    batch = make_batch(prefix, [f"text {t}" for t in tenants], MODEL)
+    items = [
+        item.model_copy(
+            update={"request": item.request.model_copy(update={"tenant": t, "reply_to": topic})}
+        )
+        for item, t, topic in zip(batch.items, tenants, replies_to, strict=True)
+    ]
+    batch = batch.model_copy(update={"items": items})
+    model = UntilKnown(backend, producer, replies_to)
+    waited = unknown_topic_waits(producer)
+
+    completion = run_batch(batch, BatchContext(backend=model, ledger=MemoryLedger(), sink=sink))
+
+    assert len(completion.done) == 5 and completion.failed == 0
+    assert model.known, "the reply topics were not learnt while the batch computed"
+    assert waited == []
 
 
 def test_a_request_asking_for_base64_gets_the_same_vector_as_float32_bytes(

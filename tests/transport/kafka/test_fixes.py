@@ -32,6 +32,7 @@ from headrace.transport.kafka import clients as kafka_clients
 from headrace.transport.kafka.delivery import ReliableProducer
 from headrace.transport.kafka.diagnostics import partition_state
 from headrace.transport.kafka.fixes import known_coordinator_fast, resume, send, track_topic
+from tests.transport.kafka.metadata import refresh, unknown_topic_waits
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -132,39 +133,19 @@ def test_a_record_for_a_topic_known_only_from_the_first_metadata_leaves(stack: L
 def first_sends_that_waited(writer: ReliableProducer, topics: list[str]) -> list[str]:
     """One record to each of ``topics`` (flushed): the topics whose send found their
     metadata unknown and waited for an answer."""
-    producer = writer.producer
-    waited: list[str] = []
-    wait = producer._wait_on_metadata
-
-    def counted(topic: str, max_wait_ms: float) -> Any:
-        if producer._metadata.partitions_for_topic(topic) is None:
-            waited.append(topic)
-        return wait(topic, max_wait_ms)
-
-    producer._wait_on_metadata = counted
+    waited = unknown_topic_waits(writer.producer)
     for topic in topics:
         writer.send(topic, b"first")
     assert len(writer.flush()) == len(topics)
     return waited
 
 
-def refreshed(writer: ReliableProducer, since_ms: float, timeout_s: float = 10) -> bool:
-    """Wait until a metadata answer newer than ``since_ms`` has landed."""
-    metadata = writer.producer._metadata
-    deadline = time.monotonic() + timeout_s
-    while metadata._last_successful_refresh_ms <= since_ms:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def first_sends_after_one(writer: ReliableProducer, topics: list[str]) -> list[str]:
-    """A record to the first of ``topics``, then, once the metadata refresh that send asked
-    for has landed, one to each of the rest: those whose send waited to learn its topic."""
-    before = writer.producer._metadata._last_successful_refresh_ms
+    """A record to the first of ``topics``, then, once a metadata refresh has answered for
+    what the writer tracks, one to each of the rest: those whose send waited to learn its
+    topic."""
     assert first_sends_that_waited(writer, topics[:1]) == []  # known from the first answer
-    assert refreshed(writer, before), "no refresh after the first send: the test shows nothing"
+    assert refresh(writer.producer, topics[:1]), "no refresh: the test shows nothing"
     return first_sends_that_waited(writer, topics[1:])
 
 
@@ -179,7 +160,8 @@ def test_a_writer_told_its_topics_sends_to_each_without_waiting_to_learn_it(
     try:
         assert first_sends_after_one(plain, topics) == topics[1:]  # kafka-python's way
         told.track(topics)
-        assert first_sends_after_one(told, topics) == []
+        assert refresh(told.producer, topics), "the topics were not tracked"
+        assert first_sends_that_waited(told, topics) == []
         told._replace()  # a fresh producer (after a fatal error) is told them too
         fresh = told.producer
         assert set(topics) <= fresh._metadata._topics | fresh._sender._topics_to_add

@@ -79,15 +79,17 @@ class ReliableProducer:
         self.producer = factory()
         self._sent: list[_Sent] = []
         self._good: dict[tuple[str, int], int] = {}  # highest acknowledged offset seen
-        self._tracked: list[str] = []  # track()'s topics, tracked again by a fresh producer
+        self._tracked: dict[str, None] = {}  # track()'s topics, told a fresh producer too
         self.replaced = 0
         self.uncertain = 0  # acknowledgements without an offset, checked by reading back
 
     def track(self, topics: Iterable[str]) -> None:
         """The topics this writer will send to, their metadata asked for in one request now
         (see ``fixes.track_topics``)."""
-        self._tracked = list(dict.fromkeys([*self._tracked, *topics]))
-        fixes.track_topics(self.producer, self._tracked)
+        new = [topic for topic in topics if topic not in self._tracked]
+        if new:
+            self._tracked.update(dict.fromkeys(new))
+            fixes.track_topics(self.producer, new)
 
     def send(
         self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
