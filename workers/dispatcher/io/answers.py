@@ -17,7 +17,7 @@ timeout, no leader yet) leaves its record undone and is tried again on the next
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from headrace.connections import REDIS_ERRORS
@@ -57,6 +57,21 @@ class Answerer:
         # a send failed for now: tried again (with how many tries it had)
         self._again: list[tuple[Answer | Forward, int]] = []
         self.refused = 0  # sends refused for good (logged; the dead letter has the record)
+        writer.track([topics.dead_letter])
+
+    def expect(self, actions: Iterable[object]) -> None:
+        """The topics a pass's answers and forwards go to, named to the writer at once: a
+        first record to each waited for a metadata refresh of its own (100 ms apart with
+        kafka-python), the dispatcher's loop stalled meanwhile."""
+        topics: dict[str, None] = {}
+        for action in actions:
+            if isinstance(action, Answer) and action.reply_to is not None:
+                if self.topic_exists(action.reply_to):
+                    topics[action.reply_to] = None
+            elif isinstance(action, Forward):
+                topics[action.topic] = None
+        if topics:
+            self.writer.track(topics)
 
     @property
     def pending(self) -> bool:

@@ -235,6 +235,7 @@ class Dispatcher:
     def _carry_out(self, actions: list[Action]) -> list[Event]:
         follow: list[Event] = []
         unsent: list[str] = []
+        self.answers.expect(actions)
         for action in actions:
             match action:
                 case SendBatch() if unsent:
