@@ -112,9 +112,9 @@ class Client(RequestBuilding, TaskMixin, GenerationMixin, CancelMixin):
         self.transport.ensure_topics([self.reply_topic, self.topics.control], partitions=1)
         self._slots = threading.BoundedSemaphore(self.config.max_pending)
         self._producer = self.transport.writer(self.config.delivery_timeout_s)
-        # every bucket's topic learnt now, in one go (one by one, the first request to each
-        # waited for a metadata answer of its own: 0.1 s a topic with kafka-python)
-        self._producer.track(request_topics)
+        # every bucket's topic (and where cancels go) learnt now, in one go: one by one, the
+        # first record to each waited for a metadata answer of its own (0.1 s a topic)
+        self._producer.track([*request_topics, self.topics.control])
         self._listener = ReplyListener(self.transport, self.reply_topic).start() if listen else None
         self._produce_lock = threading.Lock()  # the producer is shared with the resender
         # against a broker that may lose an acknowledged request: sent again if unanswered
