@@ -96,18 +96,26 @@ def track_topic(producer: KafkaProducer, topic: str) -> None:
 def track_topics(producer: KafkaProducer, topics: Iterable[str]) -> None:
     """``track_topic`` for each of ``topics``, before any is sent to, handed to the sender
     thread in one step: it adds them on one turn, so one metadata request asks for all of
-    them (one by one, a turn could take some and ask before the rest came)."""
+    them (one by one, a turn could take some and ask before the rest came). A name that is
+    no legal topic is skipped: its own send is refused, nothing else."""
     sender = getattr(producer, "_sender", None)
     tracked = getattr(getattr(producer, "_metadata", None), "_topics", None)
     waiting = getattr(sender, "_topics_to_add", None)
     if sender is None or tracked is None or waiting is None:
         return
-    new = [topic for topic in dict.fromkeys(topics) if topic not in tracked]
-    for topic in new:
-        ensure_valid_topic_name(topic)
+    new = [t for t in dict.fromkeys(topics) if t not in tracked and _legal(t)]
     if new:
         waiting.update(new)  # one step under the GIL
         sender.wakeup()
+
+
+def _legal(topic: str) -> bool:
+    """A name kafka-python accepts; another is left to its send, refused there alone."""
+    try:
+        ensure_valid_topic_name(topic)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 DROPPED_TOPIC_TRIES = 3
