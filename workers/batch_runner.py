@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 def run_batch(batch: Batch, ctx: BatchContext) -> Completion:
     ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
-    ctx.sink.track({i.request.reply_to: None for i in batch.items})  # learnt while it computes
+    ctx.sink.track(i.request.reply_to for i in batch.items)  # learnt while it computes
 
     def claim() -> list[ClaimState]:
         return ctx.ledger.claim(

@@ -28,18 +28,7 @@ from headrace.schemas.params import GenerateParams, ScoreParams
 from headrace.schemas.signing import request_signature
 from headrace.schemas.tenants import TenantNameError, check_tenant
 from headrace.schemas.wire import batch_body, request_body
-
-
-def request(**overrides: object) -> Request:
-    fields: dict[str, object] = {
-        "request_id": "r-1",
-        "tenant": "acme",
-        "model": "all-MiniLM-L6-v2",
-        "input": "hello",
-        "reply_to": "headrace.replies.default",
-    }
-    fields.update(overrides)
-    return Request.model_validate(fields)
+from tests.schemas.requests import request
 
 
 def test_request_round_trips_as_json_with_schema_version() -> None:

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from kafka import KafkaProducer
+
+from tests.eventually import eventually
 
 
 def unknown_topic_waits(producer: KafkaProducer) -> list[str]:
@@ -28,29 +29,22 @@ def unknown_topic_waits(producer: KafkaProducer) -> list[str]:
 def refresh(producer: KafkaProducer, tracked: Iterable[str], timeout_s: float = 10) -> bool:
     """Once ``producer`` tracks every one of ``tracked`` (its sender thread adds them on its
     next turn), a metadata refresh asked for and answered: what it knows afterwards is what
-    it tracks. False if either did not happen within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    it tracks. Whether the answer succeeded; ``eventually``'s failure if either never came."""
     metadata = producer._metadata
     wanted = set(tracked)
-    while not wanted <= metadata._topics:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
+    eventually(lambda: wanted <= metadata._topics, timeout_s, "the topics tracked", 0.005)
     answered = metadata.request_update()
     producer._sender.wakeup()
-    while not answered.is_done:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
+    eventually(lambda: answered.is_done, timeout_s, "the metadata refresh", 0.005)
     return bool(answered.succeeded())
 
 
 def knows(producer: KafkaProducer, topics: Iterable[str], timeout_s: float = 10) -> bool:
     """Wait until ``producer`` knows the partitions of every one of ``topics``."""
-    deadline = time.monotonic() + timeout_s
     metadata = producer._metadata
-    while any(metadata.partitions_for_topic(t) is None for t in topics):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
+    return eventually(
+        lambda: all(metadata.partitions_for_topic(t) is not None for t in topics),
+        timeout_s,
+        "the topics' partitions",
+        0.005,
+    )

@@ -87,10 +87,9 @@ def resume(consumer: KafkaConsumer, *partitions: TopicPartition) -> None:
 def track_topic(producer: KafkaProducer, topic: str) -> None:
     """Make ``producer`` keep ``topic`` in every metadata refresh (see above). Cheap when it
     already does; call it before the first send to a topic."""
-    sender = getattr(producer, "_sender", None)
     tracked = getattr(getattr(producer, "_metadata", None), "_topics", None)
-    if sender is not None and tracked is not None and topic not in tracked:
-        sender.add_topic(topic)
+    if tracked is not None and topic not in tracked:
+        track_topics(producer, (topic,))
 
 
 def track_topics(producer: KafkaProducer, topics: Iterable[str]) -> None:
