@@ -136,9 +136,15 @@ def host_copies() -> Iterator[Counter[str]]:
             setattr(torch.Tensor, name, method)
 
 
-def _load(name: str, model_dir: Path, device: torch.device, rows: int | None) -> GenerationBackend:
+def _load(
+    name: str, model_dir: Path, device: torch.device, rows: int | None, slots: bool | None = None
+) -> GenerationBackend:
+    """``slots``: the continuous decoder's rows on fixed slots (None: the device's default,
+    slots with CUDA graphs on a GPU, the left-padded cache on a CPU)."""
     context = json.loads((model_dir / "config.json").read_text())["n_positions"]
-    backend = GenerationBackend(name, model_dir, context, device=str(device), continuous_rows=rows)
+    backend = GenerationBackend(
+        name, model_dir, context, device=str(device), continuous_rows=rows, slots=slots
+    )
     backend.load_weights()
     backend.build()
     backend.warm_up(default_shapes([16, 64], rows=2))
@@ -220,7 +226,10 @@ def run_continuous(
             thread.join()
     elapsed = time.perf_counter() - start
     decode_steps = decoder.steps - steps
+    graphs = backend.graphs
     return {
+        "layout": "slots" if backend.slot_batch is not None else "left-padded",
+        "cuda_graphs": {"captured": graphs.captured, "failed": graphs.failed} if graphs else None,
         "output_tok_s": round(tokens[0] / elapsed),
         "seconds": round(elapsed, 2),
         "short_p99_s": round(_p99(short_done), 3),
@@ -275,11 +284,14 @@ def bench_generation(
     report: dict[str, Any] = {"requests": count}
     report["static"] = run_static(static, items, params, rows=64)
     del static
-    continuous = _load(label, model_dir, device, 256)
-    try:
-        report["continuous"] = run_continuous(continuous, items, params, rows=16)
-    finally:
-        continuous.close()
+    # the device's default layout, then the other one (slots with CUDA graphs on a GPU,
+    # the left-padded cache on a CPU): the same requests through both
+    for key, slots in (("continuous", None), ("continuous_other_layout", device.type != "cuda")):
+        continuous = _load(label, model_dir, device, 256, slots)
+        try:
+            report[key] = run_continuous(continuous, items, params, rows=16)
+        finally:
+            continuous.close()
     report["continuous_over_static"] = round(
         report["continuous"]["output_tok_s"] / max(1, report["static"]["output_tok_s"]), 2
     )

@@ -23,10 +23,11 @@ def context_lm(root: Path) -> Path:
 
 
 def load_test_lm(
-    continuous_rows: int | None = None, model_dir: Path | None = None
+    continuous_rows: int | None = None, model_dir: Path | None = None, slots: bool = False
 ) -> GenerationBackend:
     """``continuous_rows``: rows of every caller share one decode loop (None: static).
-    ``model_dir``: another build of the test model (``context_lm``) instead of the served one."""
+    ``model_dir``: another build of the test model (``context_lm``) instead of the served one.
+    ``slots``: that loop keeps its rows on fixed slots (a GPU's layout), eagerly."""
     spec = model_spec(tiny_lm.NAME)
     backend = GenerationBackend(
         spec.name,
@@ -34,6 +35,7 @@ def load_test_lm(
         spec.max_tokens,
         device="cpu",
         continuous_rows=continuous_rows,
+        slots=slots,
     )
     backend.load_weights()
     backend.build()

@@ -148,6 +148,7 @@ def make_backend(settings: Settings, spec: ModelSpec, folder: Path) -> ModelBack
                 continuous_rows=(
                     settings.generation_max_rows if settings.generation_slots > 1 else None
                 ),
+                cuda_graphs=settings.generation_cuda_graphs,
             )
     elif spec.task in SCORED:
         backend = ScoreBackend(

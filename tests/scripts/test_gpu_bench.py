@@ -41,6 +41,13 @@ def test_gpu_bench_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
         continuous = generation["continuous"]
         assert continuous["output_tok_s"] > 0 and continuous["decode_steps"] > 0
         assert continuous["item_calls"] == 0  # tokens reach the host by one tolist a pass
+        # the other layout on the same requests: on a GPU the left-padded cache beside slots
+        # with CUDA graphs; here slots, eagerly, beside the CPU's left-padded cache
+        assert continuous["layout"] == "left-padded" and continuous["cuda_graphs"] is None
+        other = generation["continuous_other_layout"]
+        assert other["layout"] == "slots" and other["output_tok_s"] > 0
+        # one copy a pass (prefills are passes too: test_sampling.py counts them exactly)
+        assert other["host_copies_per_step"] < 2 and other["item_calls"] == 0
 
 
 def test_a_batchs_fixed_cost_is_the_line_through_the_budgets() -> None:

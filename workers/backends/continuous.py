@@ -49,9 +49,15 @@ import torch
 from headrace.workers.backends.base import EncodedItem, Generated, Logprob, OnFinished, Sampling
 from headrace.workers.backends.decode_jobs import DecodeJob, LiveRow, OnDelta, context_of, rank
 from headrace.workers.backends.pulse import Pulse
-from headrace.workers.backends.running_batch import RunningBatch, check_layers, select
+from headrace.workers.backends.running_batch import (
+    RunningBatch,
+    check_layers,
+    prefill_inputs,
+    select,
+)
 from headrace.workers.backends.sampling import Chosen
 from headrace.workers.backends.seats import Seat, kv_fits, to_preempt
+from headrace.workers.backends.slot_cache import SlotBatch
 from headrace.workers.packing import by_length
 
 log = logging.getLogger(__name__)
@@ -87,6 +93,7 @@ class ContinuousDecoder:
         pulse: Pulse | None = None,
         kv_tokens: int | None = None,
         preempt: bool = True,
+        slots: SlotBatch | None = None,
     ) -> None:
         self.model = model
         self._new_row = new_row
@@ -104,7 +111,11 @@ class ContinuousDecoder:
         self.preempt = preempt  # a better class may take a worse one's place when full
         self.preempted = 0  # rows that gave their place up (and were resumed later)
         self._waiting: deque[tuple[DecodeJob, int]] = deque()
-        self._running: RunningBatch[LiveRow] = RunningBatch()
+        # the running rows: on fixed slots (a GPU's: steps replayed as CUDA graphs) or in
+        # one left-padded cache
+        self._running: RunningBatch[LiveRow] | SlotBatch = (
+            RunningBatch() if slots is None else slots
+        )
         self._wake = threading.Condition()
         self._closed = False
         self.join_every = join_every
@@ -212,6 +223,9 @@ class ContinuousDecoder:
                 self._fail({live.job for live in self._running.rows}, exc)
         running = len(self._running)
         room = self.max_rows - running
+        if isinstance(self._running, SlotBatch):
+            self._running.limit(self.kv_tokens)
+            room = min(room, self._running.free)
         if room <= 0:
             return []
         longest = max((self._need(live.job, live.index) for live in self._running.rows), default=0)
@@ -291,13 +305,8 @@ class ContinuousDecoder:
         """Prefill the joining rows together, take each one's first token, and add the
         unfinished ones to the running batch."""
         prompts = [context_of(job, i) for job, i in joining]
-        longest = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), longest), dtype=torch.long)
-        for k, prompt in enumerate(prompts):
-            ids[k, longest - len(prompt) :] = torch.tensor(prompt)
-            mask[k, longest - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        slots = self._running if isinstance(self._running, SlotBatch) else None
+        ids, mask = prefill_inputs(prompts, self.pad_id, self.device, right=slots is not None)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache = out[self.cache_arg]
@@ -305,14 +314,18 @@ class ContinuousDecoder:
         new = [
             LiveRow(job, i, position=len(p)) for (job, i), p in zip(joining, prompts, strict=True)
         ]
-        self._take_all(new, out.logits[:, -1, :])
+        self._take_all(new, _last_logits(out.logits, prompts, slots is not None))
         keep = [k for k, live in enumerate(new) if live.row.finish is None]
         if not keep:
+            return
+        running = self._running
+        if isinstance(running, SlotBatch):
+            running.add(cache, [new[k] for k in keep], keep)
             return
         if len(keep) < len(new):
             mask = select(cache, mask, keep)
             new = [new[k] for k in keep]
-        self._running.add(cache, mask, new)
+        running.add(cache, mask, new)
 
     def _step(self) -> None:
         """Cancelled rows leave; one token for every other row; finished rows leave."""
@@ -325,23 +338,27 @@ class ContinuousDecoder:
         self._leave()
         if not batch:
             return
-        ids = _column([live.token for live in batch.rows], self.device)
-        positions = _column([live.position for live in batch.rows], self.device)
-        mask = batch.next_mask()
-        out = self.model(
-            input_ids=ids,
-            attention_mask=self._step_mask(mask),
-            position_ids=positions,
-            use_cache=True,
-            **{self.cache_arg: batch.cache},
-        )
-        batch.stepped(out[self.cache_arg], mask)
+        tokens = [live.token for live in batch.rows]
+        positions = [live.position for live in batch.rows]
+        if isinstance(batch, SlotBatch):
+            logits = batch.decode(tokens, positions)
+        else:
+            mask = batch.next_mask()
+            out = self.model(
+                input_ids=_column(tokens, self.device),
+                attention_mask=self._step_mask(mask),
+                position_ids=_column(positions, self.device),
+                use_cache=True,
+                **{self.cache_arg: batch.cache},
+            )
+            batch.stepped(out[self.cache_arg], mask)
+            logits = out.logits[:, -1, :]
         self.steps += 1
         running = [live for live in batch.rows if live.row.finish is None]
         self.most_rows = max(self.most_rows, len(running))
         for live in running:
             live.position += 1
-        self._take_all(batch.rows, out.logits[:, -1, :])
+        self._take_all(batch.rows, logits)
         self._leave()
 
     def _take_all(self, lives: list[LiveRow], logits: torch.Tensor) -> None:
@@ -374,12 +391,13 @@ class ContinuousDecoder:
     def _leave(self) -> None:
         """Cut finished rows out of the running batch once they are a quarter of it (or all
         of it). Cutting moves rows (a copy of each one moved), so until then they ride
-        along: fed padding, their outputs ignored, their position held."""
+        along: fed padding, their outputs ignored, their position held. On slots, at once."""
         rows = self._running.rows
         keep = [k for k, live in enumerate(rows) if live.row.finish is None]
         if len(keep) == len(rows):
             return
-        if keep and (len(rows) - len(keep)) * 4 < len(rows):
+        cheap = isinstance(self._running, SlotBatch)  # a slot is freed, nothing moves
+        if keep and (len(rows) - len(keep)) * 4 < len(rows) and not cheap:
             return  # under a quarter finished: they ride along
         self._running.keep(keep)  # none kept: the batch empties
 
@@ -403,3 +421,11 @@ def _column(values: list[int], device: torch.device) -> torch.Tensor:
     """``values`` as a [n, 1] tensor (a flat list converts several times faster than a
     nested one, and this runs twice a step)."""
     return torch.tensor(values, dtype=torch.long).view(-1, 1).to(device)
+
+
+def _last_logits(logits: torch.Tensor, prompts: list[list[int]], right: bool) -> torch.Tensor:
+    """A prefill's logits at each row's last prompt token (the last column when left-padded)."""
+    if not right:
+        return logits[:, -1, :]
+    last = torch.tensor([len(p) - 1 for p in prompts], device=logits.device)
+    return logits[torch.arange(len(prompts), device=logits.device), last]

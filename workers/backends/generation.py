@@ -33,13 +33,15 @@ from headrace.workers.backends.base import (
     warm_each,
 )
 from headrace.workers.backends.continuous import ContinuousDecoder
+from headrace.workers.backends.decode_graphs import StepGraphs
 from headrace.workers.backends.embedding import pick_device
 from headrace.workers.backends.grammar import Constraints
 from headrace.workers.backends.pieces import token_pieces
 from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.rows import DecodeRow, detokenizer, encode_prompts
-from headrace.workers.backends.running_batch import Unsupported, check_layers
+from headrace.workers.backends.running_batch import Unsupported, check_layers, prefill_inputs
 from headrace.workers.backends.sampling import Chosen, choose_step, new_seed
+from headrace.workers.backends.slot_cache import SlotBatch, eager
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,10 @@ def _seed(asked: int | None) -> int:
 class GenerationBackend:
     """``continuous_rows``: decode every caller's rows in one loop that rows join and leave at
     each step (``continuous.py``), at most this many at once; None: each ``generate`` call
-    decodes its own rows to the end (static batching)."""
+    decodes its own rows to the end (static batching). ``cuda_graphs``: on a GPU that loop
+    keeps its rows on fixed slots (``slot_cache.py``) and replays each step as a CUDA graph
+    (``decode_graphs.py``); ``slots`` asks for the slots on any device (on a CPU they run
+    eagerly: slower there than the left-padded cache, which skips padding)."""
 
     task = "generate"
     cancel_check_s = 0.2  # how often a running batch asks which rows were cancelled
@@ -80,6 +85,8 @@ class GenerationBackend:
         max_tokens: int,
         device: str = "auto",
         continuous_rows: int | None = None,
+        cuda_graphs: bool = True,
+        slots: bool | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -98,6 +105,10 @@ class GenerationBackend:
         self._step_mask: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._weights_bytes = 0
         self.continuous_rows = continuous_rows
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.slots = self.cuda_graphs if slots is None else slots
+        self.graphs: StepGraphs | None = None  # the decode steps' CUDA graphs, when replayed
+        self.slot_batch: SlotBatch | None = None  # the continuous decoder's slots, when used
         self.decoder: ContinuousDecoder | None = None
         self.pulse = Pulse()  # every forward pass is a step (``workers.stall_watch``)
         self._constraints = Constraints(self.tokenizer, self.eos_id)  # structured output
@@ -140,7 +151,7 @@ class GenerationBackend:
         from headrace.workers.backends import ragged_attention
 
         sdpa = getattr(self._model.config, "_attn_implementation", None) == "sdpa"
-        if self.device.type != "cuda" and sdpa:
+        if self.device.type != "cuda" and sdpa and not self.slots:
             ragged_attention.use_for(self._model)
         self._step_mask = ragged_attention.step_mask if sdpa else None
 
@@ -166,7 +177,27 @@ class GenerationBackend:
             max_rows=max_rows,
             cancel_check_s=self.cancel_check_s,
             step_mask=self._step_mask,
+            slots=self._slot_batch(max_rows),
         )
+
+    def _slot_batch(self, max_rows: int) -> SlotBatch | None:
+        """The decoder's slots (its steps replayed as CUDA graphs on a GPU), where asked."""
+        if not self.slots:
+            return None
+        runner = eager
+        if self.cuda_graphs:
+            self.graphs = StepGraphs()
+            runner = self.graphs.run
+        self.slot_batch = SlotBatch(
+            self._model,
+            self._cache_arg,
+            self.pad_id,
+            self.device,
+            capacity=max_rows,
+            width=self.max_tokens,
+            runner=runner,
+        )
+        return self.slot_batch
 
     def close(self) -> None:
         if self.decoder is not None:
@@ -228,12 +259,7 @@ class GenerationBackend:
     ) -> list[Generated]:
         """Decode these rows to their end, alone."""
         longest = max(len(item.ids) for item in items)
-        ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(items), longest), dtype=torch.long)
-        for i, item in enumerate(items):
-            ids[i, longest - len(item.ids) :] = torch.tensor(item.ids)
-            mask[i, longest - len(item.ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        ids, mask = prefill_inputs([list(item.ids) for item in items], self.pad_id, self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         rows = [
             self._new_row(p, len(item.ids), on_delta is not None)

@@ -102,3 +102,20 @@ def pad_left(mask: torch.Tensor, width: int) -> torch.Tensor:
     if missing <= 0:
         return mask
     return torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)
+
+
+def prefill_inputs(
+    prompts: list[list[int]], pad_id: int, device: torch.device, right: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask (``[rows, longest]``) of ``prompts`` padded with
+    ``pad_id``: on the left (every row ends in the last column), or on the ``right`` (every
+    row starts in the first: the slots' cache, ``slot_cache.py``). Built on the host, then
+    copied."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), longest), dtype=torch.long)
+    for k, prompt in enumerate(prompts):
+        columns = slice(0, len(prompt)) if right else slice(longest - len(prompt), longest)
+        ids[k, columns] = torch.tensor(prompt)
+        mask[k, columns] = 1
+    return ids.to(device), mask.to(device)

@@ -141,6 +141,10 @@ class Settings(BaseSettings):
     # request's latency without Celery's round trip. Busy workers: Celery, as always.
     handoff: bool = True
     generation_max_rows: int = Field(default=256, ge=1)  # rows decoding at once (transformers)
+    # On a GPU the continuous decoder keeps its rows on fixed slots and replays each decode
+    # step as a CUDA graph (workers/backends/decode_graphs.py); false: one kernel launch at a
+    # time over the left-padded cache (the CPU's way)
+    generation_cuda_graphs: bool = True
     vllm_gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     vllm_max_num_seqs: int = Field(default=256, ge=1)
     vllm_max_num_batched_tokens: int | None = Field(default=None, ge=1)

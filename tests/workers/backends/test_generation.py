@@ -2,7 +2,8 @@
 random weights, gibberish text). Batched, left-padded decoding must give each row what the
 model gives that prompt alone; seeds make sampling independent of batch-mates; stop
 sequences, max_tokens and the context limit end rows; streamed deltas add up to the text.
-Each holds for static batching and for the continuous decode loop (test_continuous.py)."""
+Each holds for static batching and for the continuous decode loop (test_continuous.py), the
+loop's rows in one left-padded cache or on fixed slots (test_slot_cache.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module", params=["static", "continuous"])
+@pytest.fixture(scope="module", params=["static", "continuous", "slots"])
 def backend(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GenerationBackend]:
@@ -36,11 +37,12 @@ def backend(
         model_dir,
         max_tokens=tiny_lm.MAX_POSITIONS,
         device="cpu",
-        continuous_rows=16 if request.param == "continuous" else None,
+        continuous_rows=None if request.param == "static" else 16,
+        slots=request.param == "slots",  # the continuous loop on a GPU's layout, eagerly
     )
     b.load_weights()
     b.build()
-    assert b.continuous == (request.param == "continuous")
+    assert b.continuous == (request.param != "static")
     b.warm_up(default_shapes([16, 64], rows=2))
     yield b
     b.close()

@@ -86,18 +86,22 @@ def test_draws_follow_the_distribution() -> None:
 
 
 @pytest.fixture(scope="module")
-def backends() -> Iterator[tuple[GenerationBackend, GenerationBackend]]:
-    static = load_test_lm()
-    continuous = load_test_lm(continuous_rows=64)
-    yield static, continuous
-    continuous.close()
+def backends() -> Iterator[dict[str, GenerationBackend]]:
+    made = {
+        "static": load_test_lm(),
+        "continuous": load_test_lm(continuous_rows=64),
+        "slots": load_test_lm(continuous_rows=64, slots=True),  # a GPU's layout
+    }
+    yield made
+    for backend in made.values():
+        backend.close()
 
 
-@pytest.mark.parametrize("mode", ["static", "continuous"])
+@pytest.mark.parametrize("mode", ["static", "continuous", "slots"])
 def test_a_decode_step_copies_to_the_host_once(
-    backends: tuple[GenerationBackend, GenerationBackend], mode: str, host_copies: Counter[str]
+    backends: dict[str, GenerationBackend], mode: str, host_copies: Counter[str]
 ) -> None:
-    backend = backends[0] if mode == "static" else backends[1]
+    backend = backends[mode]
     texts = [" the water runs" * (1 + i % 5) for i in range(12)]
     items = backend.encode(texts, [False] * len(texts))
     params = [
@@ -141,9 +145,9 @@ def test_logit_bias_and_penalties_move_only_the_rows_that_ask() -> None:
 
 @pytest.mark.parametrize("mode", ["static", "continuous"])
 def test_a_banned_token_never_comes_and_a_forced_one_always_does(
-    backends: tuple[GenerationBackend, GenerationBackend], mode: str
+    backends: dict[str, GenerationBackend], mode: str
 ) -> None:
-    backend = backends[0] if mode == "static" else backends[1]
+    backend = backends[mode]
     items = backend.encode([" the water runs to the wheel"] * 2, [False, False])
     [free] = backend.generate(items[:1], [GenerateParams(max_tokens=12)])
     assert free.token_ids, free
@@ -157,9 +161,9 @@ def test_a_banned_token_never_comes_and_a_forced_one_always_does(
 
 @pytest.mark.parametrize("mode", ["static", "continuous"])
 def test_a_frequency_penalty_makes_greedy_text_repeat_less(
-    backends: tuple[GenerationBackend, GenerationBackend], mode: str
+    backends: dict[str, GenerationBackend], mode: str
 ) -> None:
-    backend = backends[0] if mode == "static" else backends[1]
+    backend = backends[mode]
     items = backend.encode([" the wheel turns"] * 2, [False, False])
     plain, penalized = backend.generate(
         items, [GenerateParams(max_tokens=24), GenerateParams(max_tokens=24, frequency_penalty=2.0)]
