@@ -177,10 +177,10 @@ class GenerationBackend:
             max_rows=max_rows,
             cancel_check_s=self.cancel_check_s,
             step_mask=self._step_mask,
-            slots=self._slot_batch(max_rows),
+            slots=self._slot_batch(max_rows, probe[self._cache_arg]),
         )
 
-    def _slot_batch(self, max_rows: int) -> SlotBatch | None:
+    def _slot_batch(self, max_rows: int, probe: Any) -> SlotBatch | None:
         """The decoder's slots (its steps replayed as CUDA graphs on a GPU), where asked."""
         if not self.slots:
             return None
@@ -196,6 +196,8 @@ class GenerationBackend:
             capacity=max_rows,
             width=self.max_tokens,
             runner=runner,
+            # a token's keys and values, every layer (the probe's cache holds one token)
+            token_bytes=sum(2 * layer.keys.nbytes for layer in probe.layers),
         )
         return self.slot_batch
 
@@ -205,7 +207,9 @@ class GenerationBackend:
 
     def warm_up(self, shapes: Sequence[Shape]) -> None:
         """Each warm-up batch: its rows of prompts at its length, two tokens each; the
-        logits must be finite."""
+        logits must be finite. On slots, decoded statically: the slots are allocated at the
+        first request, once the worker gave the loop its memory plan's KV room (the plan is
+        made from what the warm-up measured)."""
         start = time.perf_counter()
         filler = self.tokenizer(" the")["input_ids"][-1]
 
@@ -217,7 +221,12 @@ class GenerationBackend:
             if not torch.isfinite(logits).all():
                 raise RuntimeError(f"warm-up at {shape.length} tokens: logits not finite")
             items = [EncodedItem(ids=[filler] * length, token_count=length)] * shape.rows
-            self.generate(items, [FixedSampling(max_tokens=2)] * shape.rows)
+            params = [FixedSampling(max_tokens=2)] * shape.rows
+            if self.slot_batch is None:
+                self.generate(items, params)
+                return
+            with torch.inference_mode():  # the slots wait for the memory plan's KV room
+                self._static(items, params, None, None)
 
         kind, peaks = warm_each(self.device, shapes, run)
         self.timings.memory_kind, self.timings.peak_bytes_per_bucket = kind, peaks

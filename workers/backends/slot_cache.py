@@ -46,8 +46,9 @@ def eager(rows: int, columns: int, step: Callable[[], torch.Tensor]) -> torch.Te
 
 class SlotBatch:
     """The continuous decoder's running rows on slots: ``rows[k]`` decodes in slot
-    ``slots[k]``. ``capacity`` slots of ``width`` columns; ``runner(rows, columns, step)``
-    runs a bucket's step (eagerly, or as a CUDA graph)."""
+    ``slots[k]``. At most ``capacity`` slots of ``width`` columns (fewer where the KV room
+    says so: ``limit``); ``runner(rows, columns, step)`` runs a bucket's step (eagerly, or as
+    a CUDA graph)."""
 
     right_padded = True  # its prefills put every row's prompt at column 0
 
@@ -60,9 +61,11 @@ class SlotBatch:
         capacity: int,
         width: int,
         runner: Runner = eager,
+        token_bytes: int = 0,
     ) -> None:
         self.model, self.cache_arg, self.pad_id, self.device = model, cache_arg, pad_id, device
         self.capacity, self.width, self.runner = capacity, width, runner
+        self.token_bytes = token_bytes
         self.rows: list[LiveRow] = []
         self.slots: list[int] = []
         self._free = list(range(capacity))  # a heap: the lowest slot first keeps buckets small
@@ -80,10 +83,20 @@ class SlotBatch:
 
     def limit(self, kv_tokens: int | None) -> None:
         """Before the buffers are allocated: no more slots than ``kv_tokens`` (the memory
-        plan's KV room) holds at ``width`` columns each (one at least)."""
-        if self.cache is not None or kv_tokens is None:
+        plan's KV room) holds at ``width`` columns each, nor, on a GPU, than 90% of its free
+        memory holds (``token_bytes``: a token's keys and values, every layer); one at least."""
+        if self.cache is not None:
             return
-        capacity = max(1, min(self.capacity, kv_tokens // self.width))
+        capacity = self.capacity
+        if kv_tokens is not None:
+            capacity = min(capacity, kv_tokens // self.width)
+        if self.device.type == "cuda" and self.token_bytes:
+            free, _ = torch.cuda.mem_get_info(self.device)
+            capacity = min(capacity, int(free * 0.9) // (self.token_bytes * self.width))
+        self._resize(max(1, capacity))
+
+    def _resize(self, capacity: int) -> None:
+        """Fewer slots, before any row holds one."""
         if capacity != self.capacity:
             self.capacity = capacity
             self._free = list(range(capacity))

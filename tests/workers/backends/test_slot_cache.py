@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from headrace.schemas.params import GenerateParams
-from headrace.workers.backends.base import EncodedItem, Generated
+from headrace.workers.backends.base import EncodedItem, Generated, default_shapes
 from headrace.workers.backends.decode_graphs import StepGraphs
 from headrace.workers.backends.generation import GenerationBackend
 from headrace.workers.backends.slot_cache import SlotBatch, bucket
@@ -127,11 +127,16 @@ def test_the_kv_room_bounds_the_slots_before_they_are_allocated(
     backend = on_slots(64)
     slots, decoder = _slots(backend), backend.decoder
     assert decoder is not None
+    # a worker warms up, then gives the loop its plan's room (made from what the warm-up
+    # measured): the warm-up decodes statically, the slots are not allocated yet
+    backend.warm_up(default_shapes([16, 64], rows=2))
+    assert slots.cache is None
     decoder.kv_tokens = 5 * slots.width + 1  # the memory plan's room: five rows at full width
     items, params = _work(static, 12)
     together = _together(backend, items, params, callers=3)
     assert [g.token_ids for g in together] == _alone(static, items, params)
     assert slots.capacity == 5 and decoder.most_rows <= 5
+    assert slots.token_bytes == 2 * 2 * 4 * 16 * 4  # k and v, 2 layers, 4 heads of 16, fp32
 
 
 class _Ops(TorchDispatchMode):
