@@ -234,6 +234,8 @@ def run_continuous(
         "seconds": round(elapsed, 2),
         "short_p99_s": round(_p99(short_done), 3),
         "decode_steps": decode_steps,
+        # the wall over the decode steps (the prefills between them included)
+        "ms_a_step": round(elapsed * 1000 / max(1, decode_steps), 2),
         "most_rows": decoder.most_rows,
         "host_copies_per_step": round(copies["tolist"] / max(1, decode_steps), 3),
         "item_calls": copies["item"],

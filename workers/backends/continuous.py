@@ -40,18 +40,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from headrace.workers.backends.base import EncodedItem, Generated, Logprob, OnFinished, Sampling
-from headrace.workers.backends.decode_jobs import DecodeJob, LiveRow, OnDelta, context_of, rank
+from headrace.workers.backends.decode_jobs import (
+    DecodeJob,
+    LiveRow,
+    OnDelta,
+    WaitingRows,
+    context_of,
+    rank,
+)
 from headrace.workers.backends.pulse import Pulse
 from headrace.workers.backends.running_batch import (
     RunningBatch,
     check_layers,
+    last_logits,
     prefill_inputs,
     select,
 )
@@ -66,6 +73,10 @@ log = logging.getLogger(__name__)
 # pass ~1.5 ms, a prompt token ~0.023 ms): joining rows are grouped by length only where
 # the padding saved is worth another pass
 PREFILL_OVERHEAD_TOKENS = 64
+# On a GPU a pass is its ~750 kernel launches (a ~300M model: ~15 ms of host time on an
+# H200) and a prompt token about a microsecond: an estimate, the embedding batches' fitted
+# fixed cost (docs/configuration.md, batch_overhead_tokens), until a lent GPU measures it
+GPU_PREFILL_OVERHEAD_TOKENS = 8192
 
 
 class ContinuousDecoder:
@@ -94,6 +105,7 @@ class ContinuousDecoder:
         kv_tokens: int | None = None,
         preempt: bool = True,
         slots: SlotBatch | None = None,
+        prefill_overhead_tokens: int = PREFILL_OVERHEAD_TOKENS,
     ) -> None:
         self.model = model
         self._new_row = new_row
@@ -110,17 +122,16 @@ class ContinuousDecoder:
         self.cancel_check_s = cancel_check_s
         self.preempt = preempt  # a better class may take a worse one's place when full
         self.preempted = 0  # rows that gave their place up (and were resumed later)
-        self._waiting: deque[tuple[DecodeJob, int]] = deque()
+        self._waiting = WaitingRows()
         # the running rows: on fixed slots (a GPU's: steps replayed as CUDA graphs) or in
         # one left-padded cache
         self._running: RunningBatch[LiveRow] | SlotBatch = (
-            RunningBatch() if slots is None else slots
+            RunningBatch(model, cache_arg, step_mask) if slots is None else slots
         )
         self._wake = threading.Condition()
         self._closed = False
         self.join_every = join_every
-        # the mask a decode step hands the model, from the [rows, columns] one (None: as is)
-        self._step_mask = step_mask or (lambda mask: mask)
+        self.prefill_overhead_tokens = prefill_overhead_tokens  # a pass's cost, in tokens
         self._joined_at = 0  # the step rows last joined at
         self.pulse = pulse or Pulse()  # each pass of the loop (prefills, a step) moves it
         self.steps = 0  # decode steps run (for tests and metrics)
@@ -158,7 +169,7 @@ class ContinuousDecoder:
         with self._wake:
             if self._closed:
                 raise RuntimeError("the decoder is closed")
-            self._enqueue([(job, i) for i in range(len(items))])
+            self._waiting.enqueue([(job, i) for i in range(len(items))])
             self._wake.notify()
         return job.wait(on_delta, cancelled, on_finished, self.cancel_check_s)
 
@@ -241,25 +252,6 @@ class ContinuousDecoder:
             self._joined_at = self.steps
         return joining
 
-    def _enqueue(self, entries: list[tuple[DecodeJob, int]], resumed: bool = False) -> None:
-        """Waiting rows in class order: a new row after every row of its class or a better
-        one, a resumed row before the others of its class (it came first)."""
-        for entry in entries:
-            its = rank(entry)
-            last = self._waiting[-1] if self._waiting else None
-            if not resumed and (last is None or rank(last) <= its):
-                self._waiting.append(entry)  # the usual case: one class
-                continue
-            at = next(
-                (
-                    k
-                    for k, waiting in enumerate(self._waiting)
-                    if rank(waiting) > its or (resumed and rank(waiting) == its)
-                ),
-                len(self._waiting),
-            )
-            self._waiting.insert(at, entry)
-
     def _preempt(self) -> None:
         """Waiting rows of a better class than some running rows take their room when the
         loop has no place or no KV room for them (``seats.to_preempt``): those running rows
@@ -284,7 +276,7 @@ class ContinuousDecoder:
         evicted = [rows[k] for k in chosen]  # worst class, fewest tokens held, first
         gone = set(chosen)
         self._running.keep([k for k in range(len(rows)) if k not in gone])
-        self._enqueue([(live.job, live.index) for live in reversed(evicted)], resumed=True)
+        self._waiting.enqueue([(live.job, live.index) for live in reversed(evicted)], resumed=True)
         self.preempted += len(evicted)
 
     def _need(self, job: DecodeJob, index: int) -> int:
@@ -298,15 +290,15 @@ class ContinuousDecoder:
         half padding), and rows of similar length side by side keep the chunked attention's
         chunks narrow (``ragged_attention``)."""
         lengths = [len(context_of(job, i)) for job, i in joining]
-        for group in by_length(joining, lengths, PREFILL_OVERHEAD_TOKENS):
+        for group in by_length(joining, lengths, self.prefill_overhead_tokens):
             self._prefill(group)
 
     def _prefill(self, joining: list[tuple[DecodeJob, int]]) -> None:
         """Prefill the joining rows together, take each one's first token, and add the
         unfinished ones to the running batch."""
         prompts = [context_of(job, i) for job, i in joining]
-        slots = self._running if isinstance(self._running, SlotBatch) else None
-        ids, mask = prefill_inputs(prompts, self.pad_id, self.device, right=slots is not None)
+        right = self._running.right_padded  # slots: every prompt from column 0
+        ids, mask = prefill_inputs(prompts, self.pad_id, self.device, right)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache = out[self.cache_arg]
@@ -314,7 +306,7 @@ class ContinuousDecoder:
         new = [
             LiveRow(job, i, position=len(p)) for (job, i), p in zip(joining, prompts, strict=True)
         ]
-        self._take_all(new, _last_logits(out.logits, prompts, slots is not None))
+        self._take_all(new, last_logits(out.logits, prompts, right))
         keep = [k for k, live in enumerate(new) if live.row.finish is None]
         if not keep:
             return
@@ -340,19 +332,7 @@ class ContinuousDecoder:
             return
         tokens = [live.token for live in batch.rows]
         positions = [live.position for live in batch.rows]
-        if isinstance(batch, SlotBatch):
-            logits = batch.decode(tokens, positions)
-        else:
-            mask = batch.next_mask()
-            out = self.model(
-                input_ids=_column(tokens, self.device),
-                attention_mask=self._step_mask(mask),
-                position_ids=_column(positions, self.device),
-                use_cache=True,
-                **{self.cache_arg: batch.cache},
-            )
-            batch.stepped(out[self.cache_arg], mask)
-            logits = out.logits[:, -1, :]
+        logits = batch.decode(tokens, positions)
         self.steps += 1
         running = [live for live in batch.rows if live.row.finish is None]
         self.most_rows = max(self.most_rows, len(running))
@@ -406,7 +386,7 @@ class ContinuousDecoder:
         """Every job with a row in the failed pass fails (its caller raises ``exc``, and
         bisects its batch as for a static one); the others go on."""
         with self._wake:
-            self._waiting = deque((job, i) for job, i in self._waiting if job not in jobs)
+            self._waiting = WaitingRows((job, i) for job, i in self._waiting if job not in jobs)
         self._running.clear()
         for job in jobs:
             job.error = exc
@@ -415,17 +395,3 @@ class ContinuousDecoder:
     def _fail_all(self, exc: BaseException) -> None:
         jobs = {live.job for live in self._running.rows} | {job for job, _ in self._waiting}
         self._fail(jobs, exc)
-
-
-def _column(values: list[int], device: torch.device) -> torch.Tensor:
-    """``values`` as a [n, 1] tensor (a flat list converts several times faster than a
-    nested one, and this runs twice a step)."""
-    return torch.tensor(values, dtype=torch.long).view(-1, 1).to(device)
-
-
-def _last_logits(logits: torch.Tensor, prompts: list[list[int]], right: bool) -> torch.Tensor:
-    """A prefill's logits at each row's last prompt token (the last column when left-padded)."""
-    if not right:
-        return logits[:, -1, :]
-    last = torch.tensor([len(p) - 1 for p in prompts], device=logits.device)
-    return logits[torch.arange(len(prompts), device=logits.device), last]

@@ -1,12 +1,13 @@
 """What the continuous decoder (``continuous.py``) keeps for a caller and for a running row:
 a caller's rows (``DecodeJob``) and the channel their deltas and ends go back on, which the
 caller's thread waits on (``DecodeJob.wait``); a running row's next token and position
-(``LiveRow``)."""
+(``LiveRow``); the rows waiting to join, in class order (``WaitingRows``)."""
 
 from __future__ import annotations
 
 import queue
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,3 +115,26 @@ def generated(row: Any) -> Generated:
         row.device_s * 1000,
         row.logprobs,
     )
+
+
+class WaitingRows(deque[tuple[DecodeJob, int]]):
+    """Rows waiting to join the loop, best class first."""
+
+    def enqueue(self, entries: list[tuple[DecodeJob, int]], resumed: bool = False) -> None:
+        """A new row after every row of its class or a better one, a resumed row before the
+        others of its class (it came first)."""
+        for entry in entries:
+            its = rank(entry)
+            last = self[-1] if self else None
+            if not resumed and (last is None or rank(last) <= its):
+                self.append(entry)  # the usual case: one class
+                continue
+            at = next(
+                (
+                    k
+                    for k, waiting in enumerate(self)
+                    if rank(waiting) > its or (resumed and rank(waiting) == its)
+                ),
+                len(self),
+            )
+            self.insert(at, entry)

@@ -32,7 +32,11 @@ from headrace.workers.backends.base import (
     place_on_device,
     warm_each,
 )
-from headrace.workers.backends.continuous import ContinuousDecoder
+from headrace.workers.backends.continuous import (
+    GPU_PREFILL_OVERHEAD_TOKENS,
+    PREFILL_OVERHEAD_TOKENS,
+    ContinuousDecoder,
+)
 from headrace.workers.backends.decode_graphs import StepGraphs
 from headrace.workers.backends.embedding import pick_device
 from headrace.workers.backends.grammar import Constraints
@@ -178,6 +182,11 @@ class GenerationBackend:
             cancel_check_s=self.cancel_check_s,
             step_mask=self._step_mask,
             slots=self._slot_batch(max_rows, probe[self._cache_arg]),
+            prefill_overhead_tokens=(
+                GPU_PREFILL_OVERHEAD_TOKENS
+                if self.device.type == "cuda"
+                else PREFILL_OVERHEAD_TOKENS
+            ),
         )
 
     def _slot_batch(self, max_rows: int, probe: Any) -> SlotBatch | None:

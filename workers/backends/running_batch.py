@@ -10,6 +10,7 @@ layers of another kind is refused (``check_layers``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -44,9 +45,19 @@ def select(cache: Any, mask: torch.Tensor, keep: list[int]) -> torch.Tensor:
 
 class RunningBatch(Generic[Row]):
     """``rows[k]`` is the row whose keys and values are row ``k`` of ``cache``, and whose
-    columns in use are the ones set in ``mask[k]``."""
+    columns in use are the ones set in ``mask[k]``. ``decode`` runs a step on ``model``
+    (its cache argument named ``cache_arg``, a step's mask as ``step_mask`` makes it)."""
 
-    def __init__(self) -> None:
+    right_padded = False  # its prefills end every row in the last column
+
+    def __init__(
+        self,
+        model: Any = None,
+        cache_arg: str = "past_key_values",
+        step_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
+        self.model, self.cache_arg = model, cache_arg
+        self.step_mask = step_mask or (lambda mask: mask)
         self.rows: list[Row] = []
         self.cache: Any = None
         self.mask: torch.Tensor | None = None
@@ -75,6 +86,20 @@ class RunningBatch(Generic[Row]):
     def stepped(self, cache: Any, mask: torch.Tensor) -> None:
         """The cache and the mask after a step (``mask`` from ``next_mask``)."""
         self.cache, self.mask = cache, mask
+
+    def decode(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+        """One step: ``tokens[k]`` at ``positions[k]`` for ``rows[k]``; the rows' logits."""
+        mask = self.next_mask()
+        out = self.model(
+            input_ids=column(tokens, mask.device),
+            attention_mask=self.step_mask(mask),
+            position_ids=column(positions, mask.device),
+            use_cache=True,
+            **{self.cache_arg: self.cache},
+        )
+        self.stepped(out[self.cache_arg], mask)
+        logits: torch.Tensor = out.logits[:, -1, :]
+        return logits
 
     def keep(self, keep: list[int]) -> None:
         """Only rows ``keep`` go on (the rows below a cut one move up, in place); the leading
@@ -119,3 +144,17 @@ def prefill_inputs(
         ids[k, columns] = torch.tensor(prompt)
         mask[k, columns] = 1
     return ids.to(device), mask.to(device)
+
+
+def column(values: list[int], device: torch.device) -> torch.Tensor:
+    """``values`` as a [n, 1] tensor (a flat list converts several times faster than a
+    nested one, and this runs twice a step)."""
+    return torch.tensor(values, dtype=torch.long).view(-1, 1).to(device)
+
+
+def last_logits(logits: torch.Tensor, prompts: list[list[int]], right: bool) -> torch.Tensor:
+    """A prefill's logits at each row's last prompt token (the last column when left-padded)."""
+    if not right:
+        return logits[:, -1, :]
+    last = torch.tensor([len(p) - 1 for p in prompts], device=logits.device)
+    return logits[torch.arange(len(prompts), device=logits.device), last]

@@ -147,6 +147,12 @@ def test_rows_of_very_different_lengths_prefill_apart_and_keep_their_tokens(
     assert [g.token_ids for g in together] == [g.token_ids for g in alone]
     assert len(passes) == 2  # the six long prompts first, then the six short ones
     assert min(passes[0]) > 10 * max(passes[1])
+    # where a pass costs more than the padding (a GPU's launches), they prefill together
+    passes.clear()
+    monkeypatch.setattr(decoder, "prefill_overhead_tokens", 8192)
+    together = continuous.generate(items, params)
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    assert len(passes) == 1 and len(passes[0]) == 12
 
 
 def test_a_short_request_arriving_during_a_long_one_finishes_first(
