@@ -299,12 +299,18 @@ def test_each_row_is_charged_its_share_of_the_passes_it_was_in_and_the_charges_a
     assert charged_s <= wall_s  # each batch's wall time once per batch would be ~6x more
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["left-padded", "slots"])
 def four_rows(
-    pair: tuple[GenerationBackend, GenerationBackend], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GenerationBackend]:
-    """A loop of four rows (the same context-sensitive build), to be filled."""
-    backend = load_test_lm(continuous_rows=4, model_dir=context_lm(tmp_path_factory.mktemp("lm")))
+    """A loop of four rows (the same context-sensitive build), to be filled; its rows in one
+    left-padded cache or on four slots (a preempted row's slot is freed, its resumption
+    prefilled into another)."""
+    backend = load_test_lm(
+        continuous_rows=4,
+        model_dir=context_lm(tmp_path_factory.mktemp("lm")),
+        slots=request.param == "slots",
+    )
     yield backend
     backend.close()
 
