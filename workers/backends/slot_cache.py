@@ -73,6 +73,9 @@ class SlotBatch:
         self._window = Window(capacity, device)
         self._ids = torch.full((capacity, 1), pad_id, dtype=torch.long, device=device)
         self._columns = torch.arange(width, device=device)
+        # the steps' logits, one buffer for every bucket (a recorded step's own output would
+        # be a [rows, vocabulary] tensor kept for each graph: ~26 MB at 256 rows of GPT-2's)
+        self._logits: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -163,7 +166,8 @@ class SlotBatch:
 
     def step(self, rows: int, columns: int) -> torch.Tensor:
         """A bucket's forward pass over the buffers: what a CUDA graph records. Its shapes
-        and its Python values depend on ``rows`` and ``columns`` alone."""
+        and its Python values depend on ``rows`` and ``columns`` alone; its logits are
+        written into the slots' one logits buffer."""
         w = self._window
         w.rows, w.columns = rows, columns
         positions = w.positions[:rows]
@@ -175,5 +179,8 @@ class SlotBatch:
             use_cache=True,
             **{self.cache_arg: self.cache},
         )
-        logits: torch.Tensor = out.logits[:, -1, :]
-        return logits
+        logits = out.logits[:, -1, :]
+        if self._logits is None:  # at the first (eager) step: every bucket writes into it
+            self._logits = logits.new_empty((self.capacity, logits.shape[-1]))
+        self._logits[:rows].copy_(logits)
+        return self._logits[:rows]
