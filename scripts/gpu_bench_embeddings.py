@@ -86,6 +86,7 @@ def bench_embeddings(model_dir: Path, device: torch.device, quick: bool) -> dict
             "padded_tokens": padded,
         }
     report["batch_cost"] = batch_cost(list(report["backend"].values()))
+    report["profile"] = profile_batches(backend, bucketed_batches(encoded, budget))
     sizes = (32,) if quick else (32, 128, 512)  # on CPU the larger ones took minutes
     report["sentence_transformers"] = _sentence_transformers(
         model_dir, device, texts, useful, sizes
@@ -102,6 +103,46 @@ def bench_embeddings(model_dir: Path, device: torch.device, quick: bool) -> dict
     report["best_useful_tok_s"] = best
     report["vs_sentence_transformers_best"] = round(best / best_st, 2) if best_st else None
     return report
+
+
+def profile_batches(backend: EmbeddingBackend, batches: list[list[EncodedItem]]) -> dict[str, Any]:
+    """Where one batch's time goes: the batch of the shortest bucket and the one of the
+    longest (of the largest budget's batches), each timed alone and then under the torch
+    profiler; the operators that took the most of the host's and of the device's time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = backend.device
+    shortest, longest = batches[0], batches[-1]
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    report: dict[str, Any] = {}
+    for name, batch in (("shortest_bucket", shortest), ("longest_bucket", longest)):
+        normalize = [True] * len(batch)
+        backend.embed(batch, normalize)  # warm
+        sync(device)
+        start = time.perf_counter()
+        backend.embed(batch, normalize)
+        sync(device)
+        wall_ms = (time.perf_counter() - start) * 1e3
+        with profile(activities=activities) as prof:
+            backend.embed(batch, normalize)
+            sync(device)
+        report[name] = {
+            "rows": len(batch),
+            "length": max(len(item.ids) for item in batch),
+            "wall_ms": round(wall_ms, 2),
+            "top_host": _top(prof, "self_cpu_time_total"),
+            "top_device": _top(prof, "self_device_time_total") if len(activities) > 1 else [],
+        }
+    return report
+
+
+def _top(prof: Any, key: str, count: int = 10) -> list[list[Any]]:
+    """The ``count`` operators with the most ``key`` (microseconds): name, calls, ms."""
+    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+    events.sort(key=lambda e: getattr(e, key), reverse=True)
+    return [[e.key[:60], e.count, round(getattr(e, key) / 1e3, 3)] for e in events[:count]]
 
 
 def batch_cost(runs: list[dict[str, Any]]) -> dict[str, float | None]:

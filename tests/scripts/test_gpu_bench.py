@@ -35,6 +35,11 @@ def test_gpu_bench_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
     # two budgets, so a batch's fixed cost is fitted (its size is the device's business)
     assert len(embeddings["backend"]) == 2
     assert isinstance(embeddings["batch_cost"]["us_per_padded_token"], float)
+    # one short and one long batch profiled: their wall and the host's busiest operators
+    for part in ("shortest_bucket", "longest_bucket"):
+        profiled = embeddings["profile"][part]
+        assert profiled["wall_ms"] > 0 and profiled["rows"] > 0 and profiled["top_host"]
+    assert embeddings["profile"]["longest_bucket"]["length"] > 16
     for model in ("test_lm", "gpt2_medium_shaped"):
         generation = report["generation"][model]
         assert generation["static"]["output_tok_s"] > 0
