@@ -6,14 +6,12 @@ loop, on its own thread, repeats:
 
 1. **join**: rows waiting (up to ``max_rows`` decoding at once, and only as many as the KV
    cache's room, ``kv_tokens``, holds at their longest: the rest wait, nothing runs out of
-   memory) are run through the model together (the prefill) and their key/value cache joins
-   the running one, both left-padded to a common length; every ``join_every`` steps, or at
-   once when nothing runs or they would grow the running batch by a quarter (a prefill is a
-   forward pass of its own);
+   memory) are run through the model together (the prefill) and join the running ones, on
+   the loop's cadence (``cadence.py``), or at once when nothing runs, when those with room
+   would grow the running batch by a quarter, or for a better class;
 2. **step**: one token for every running row, each at its own position;
-3. **leave**: finished rows are dropped from the cache once they are a quarter of it (the
-   rows below them move up), and the leading columns no row uses any more are
-   cut off.
+3. **leave**: finished rows leave (from one left-padded cache once they are a quarter of it;
+   from slots at once).
 
 Rows wait in the order of their class (``EncodedItem.rank``: interactive, default, then the
 rest), and when the loop has no place or no KV room for a waiting row, it may **preempt**
@@ -28,11 +26,11 @@ sequence, cancellation (rows end with ``abort``). Its tokens do not depend on wh
 with, up to floating point (padding changes the shapes the kernels see). Deltas and the
 cancellation check happen on the caller's thread, so the loop does no IO.
 
-A caller's rows and a running row's state are in ``decode_jobs.py``; the running rows, their
-cache and their mask are kept together in ``running_batch.py``. The cache is transformers'
-``DynamicCache``, whose layers each hold ``[rows, heads, length, dim]`` keys and values; a
-model whose cache has layers of another kind (sliding windows, state-space layers) is
-refused (``running_batch.Unsupported``) and served one batch at a time.
+A caller's rows and a running row's state are in ``decode_jobs.py``; the running rows and
+their cache in ``running_batch.py`` (one left-padded transformers ``DynamicCache``) or
+``slot_cache.py`` (fixed slots, a GPU's). A model whose cache has layers of another kind
+(sliding windows, state-space layers) is refused (``running_batch.Unsupported``) and served
+one batch at a time.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from typing import Any
 import torch
 
 from headrace.workers.backends.base import EncodedItem, Generated, Logprob, OnFinished, Sampling
+from headrace.workers.backends.cadence import Cadence
 from headrace.workers.backends.decode_jobs import (
     DecodeJob,
     LiveRow,
@@ -130,7 +129,7 @@ class ContinuousDecoder:
         )
         self._wake = threading.Condition()
         self._closed = False
-        self.join_every = join_every
+        self.cadence = Cadence(join_every)  # how often rows join, from what passes cost
         self.prefill_overhead_tokens = prefill_overhead_tokens  # a pass's cost, in tokens
         self._joined_at = 0  # the step rows last joined at
         self.pulse = pulse or Pulse()  # each pass of the loop (prefills, a step) moves it
@@ -187,7 +186,9 @@ class ContinuousDecoder:
                 while not self._waiting and not self._running and not self._closed:
                     self._wake.wait()
                 if self._closed:
-                    self._fail_all(RuntimeError("the decoder closed"))
+                    everyone = {live.job for live in self._running.rows}
+                    everyone |= {job for job, _ in self._waiting}
+                    self._fail(everyone, RuntimeError("the decoder closed"))
                     return
                 joining = self._joining()
             # the rows this pass decodes share its time (the cost each is charged)
@@ -198,8 +199,11 @@ class ContinuousDecoder:
                 with torch.inference_mode(), self.pulse.forward():
                     if joining:
                         self._join(joining)
+                        self.cadence.prefilled(time.perf_counter() - began)
                     if self._running:
+                        stepping = time.perf_counter()
                         self._step()
+                        self.cadence.stepped(time.perf_counter() - stepping)
             except Exception as exc:  # every row running shared the failed forward pass
                 log.warning("decode step failed for %d rows: %r", len(self._running), exc)
                 jobs = {live.job for live in self._running.rows} | {job for job, _ in joining}
@@ -215,15 +219,17 @@ class ContinuousDecoder:
 
     def _joining(self) -> list[tuple[DecodeJob, int]]:
         """The rows to prefill now. A prefill is a forward pass of its own, so rows join a
-        running batch every ``join_every`` steps, or at once when they would make it grow by
-        a quarter or it is empty. At most ``max_rows`` run, and, with ``kv_tokens``, only as
-        many as the KV cache holds at their longest (``kv_fits``); the rest wait in order.
-        Better-classed waiting rows that have no place or no KV room preempt worse-classed
-        running ones (``_preempt``) at the join that is due."""
+        running batch on the loop's cadence (``cadence.py``: every ``join_every`` steps or
+        more), or at once when those that have room would make it grow by a quarter, when it
+        is empty, or when a waiting row is of a better class than a running one. At most
+        ``max_rows`` run, and, with ``kv_tokens``, only as many as the KV cache holds at
+        their longest (``kv_fits``); the rest wait in order. Better-classed waiting rows that
+        have no place or no KV room preempt worse-classed running ones (``_preempt``)."""
         if not self._waiting:
             return []
-        due = self.steps - self._joined_at >= self.join_every
-        if not (due or not self._running or len(self._waiting) * 4 >= len(self._running)):
+        due = self.steps - self._joined_at >= self.cadence.steps_between_joins()
+        grows = min(len(self._waiting), self._room()) * 4 >= len(self._running)
+        if not (due or grows or not self._running or self._better_waits()):
             return []
         if self.preempt:
             try:
@@ -232,11 +238,7 @@ class ContinuousDecoder:
             except Exception as exc:  # as a failed step: its rows fail, the loop goes on
                 log.warning("preempting failed for %d rows: %r", len(self._running), exc)
                 self._fail({live.job for live in self._running.rows}, exc)
-        running = len(self._running)
-        room = self.max_rows - running
-        if isinstance(self._running, SlotBatch):
-            self._running.limit(self.kv_tokens)
-            room = min(room, self._running.free)
+        running, room = len(self._running), self._room()
         if room <= 0:
             return []
         longest = max((self._need(live.job, live.index) for live in self._running.rows), default=0)
@@ -252,13 +254,25 @@ class ContinuousDecoder:
             self._joined_at = self.steps
         return joining
 
+    def _room(self) -> int:
+        """Places for rows to join (on slots: free slots, bounded by the KV room)."""
+        room = self.max_rows - len(self._running)
+        if isinstance(self._running, SlotBatch):
+            self._running.limit(self.kv_tokens)
+            room = min(room, self._running.free)
+        return room
+
+    def _better_waits(self) -> bool:
+        """The first waiting row is of a better class than the worst running one."""
+        worst = max((rank((live.job, live.index)) for live in self._running.rows), default=0)
+        return rank(self._waiting[0]) < worst
+
     def _preempt(self) -> None:
         """Waiting rows of a better class than some running rows take their room when the
         loop has no place or no KV room for them (``seats.to_preempt``): those running rows
         leave the batch and wait, at the head of their class, to be resumed."""
         rows = self._running.rows
-        worst = max((rank((live.job, live.index)) for live in rows), default=0)
-        if rank(self._waiting[0]) >= worst:  # the usual case, one class: nobody gives way
+        if not self._better_waits():  # the usual case, one class: nobody gives way
             return
         running = [
             Seat(
@@ -325,7 +339,7 @@ class ContinuousDecoder:
         for live in batch.rows:
             if live.row.finish is None and live.index in live.job.cancelled:
                 live.row.end("abort")
-                self._emit(live)
+                live.emit()
                 self._done.append(live)
         self._leave()
         if not batch:
@@ -357,16 +371,9 @@ class ContinuousDecoder:
         if row.finish is None and row.prompt_tokens + len(row.ids) >= self.context:
             row.end("length")
         live.token = row.ids[-1] if row.ids else self.pad_id
-        self._emit(live)
+        live.emit()
         if row.finish is not None:
             self._done.append(live)  # told once the pass's time is charged
-
-    def _emit(self, live: LiveRow) -> None:
-        if not live.job.streams:
-            return
-        delta = live.row.pending_delta()
-        if delta:
-            live.job.events.put((live.index, delta))
 
     def _leave(self) -> None:
         """Cut finished rows out of the running batch once they are a quarter of it (or all
@@ -376,7 +383,7 @@ class ContinuousDecoder:
         keep = [k for k, live in enumerate(rows) if live.row.finish is None]
         if len(keep) == len(rows):
             return
-        cheap = isinstance(self._running, SlotBatch)  # a slot is freed, nothing moves
+        cheap = self._running.cuts_free
         if keep and (len(rows) - len(keep)) * 4 < len(rows) and not cheap:
             return  # under a quarter finished: they ride along
         self._running.keep(keep)  # none kept: the batch empties
@@ -391,7 +398,3 @@ class ContinuousDecoder:
         for job in jobs:
             job.error = exc
             job.events.put(None)
-
-    def _fail_all(self, exc: BaseException) -> None:
-        jobs = {live.job for live in self._running.rows} | {job for job, _ in self._waiting}
-        self._fail(jobs, exc)

@@ -91,6 +91,14 @@ class LiveRow:
     def __post_init__(self) -> None:
         self.row = self.job.rows[self.index]
 
+    def emit(self) -> None:
+        """The row's text since the last delta, to its caller (where the caller streams)."""
+        if not self.job.streams:
+            return
+        delta = self.row.pending_delta()
+        if delta:
+            self.job.events.put((self.index, delta))
+
 
 def rank(entry: tuple[DecodeJob, int]) -> int:
     """A waiting row's class (0 first; 1 where its caller gave none)."""

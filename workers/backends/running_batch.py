@@ -49,6 +49,7 @@ class RunningBatch(Generic[Row]):
     (its cache argument named ``cache_arg``, a step's mask as ``step_mask`` makes it)."""
 
     right_padded = False  # its prefills end every row in the last column
+    cuts_free = False  # cutting rows out moves the rows below them (a copy)
 
     def __init__(
         self,

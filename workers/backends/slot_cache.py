@@ -51,6 +51,7 @@ class SlotBatch:
     a CUDA graph)."""
 
     right_padded = True  # its prefills put every row's prompt at column 0
+    cuts_free = True  # a row leaving frees its slot: nothing moves
 
     def __init__(
         self,
@@ -135,6 +136,8 @@ class SlotBatch:
             keys = layer.keys.new_zeros(shape)
             cache.layers[i] = SlotLayer(keys, torch.zeros_like(keys), self._window)
         self.cache = cache
+        head = self.model.get_output_embeddings().weight  # [vocabulary, hidden]
+        self._logits = head.new_empty((self.capacity, head.shape[0]))
 
     def keep(self, keep: list[int]) -> None:
         """Only rows ``keep`` go on; the others' slots are free (nothing moves)."""
@@ -179,8 +182,6 @@ class SlotBatch:
             use_cache=True,
             **{self.cache_arg: self.cache},
         )
-        logits = out.logits[:, -1, :]
-        if self._logits is None:  # at the first (eager) step: every bucket writes into it
-            self._logits = logits.new_empty((self.capacity, logits.shape[-1]))
-        self._logits[:rows].copy_(logits)
+        assert self._logits is not None  # allocated with the slots
+        self._logits[:rows].copy_(out.logits[:, -1, :])
         return self._logits[:rows]

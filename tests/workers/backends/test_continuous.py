@@ -182,7 +182,7 @@ def test_a_short_request_arriving_during_a_long_one_finishes_first(
     assert finished_at["short"] < finished_at["long"]
     # it joined at once: its own steps, a join that comes every join_every steps, and a few
     # a thread starved on a loaded machine sees pass (CI: 5 once), not the long row's 256
-    assert finished_at["short"] - asked_at["short"] <= SHORT + decoder.join_every + 12
+    assert finished_at["short"] - asked_at["short"] <= SHORT + decoder.cadence.join_every + 12
 
 
 def test_cancel_and_deltas_stay_with_their_caller(
@@ -373,7 +373,8 @@ def _preempted_one_which_resumed_intact(
 ) -> None:
     assert decoder.preempted - preempted == 1  # one place for one row
     assert out["interactive"][0].completion_tokens == SHORT
-    assert finished_at["interactive"] <= 5 + decoder.join_every + SHORT + 2  # it went in at once
+    # it went in at once
+    assert finished_at["interactive"] <= 5 + decoder.cadence.join_every + SHORT + 2
     assert finished_at["interactive"] < finished_at["batch"]
     # the preempted row resumed by recompute: the same tokens as alone, its stream in order
     assert [g.token_ids for g in out["batch"]] == [g.token_ids for g in alone]

@@ -242,3 +242,28 @@ def test_a_recording_that_fails_leaves_every_step_eager_and_right(
     assert [g.token_ids for g in together] == _alone(static, items, params)
     assert graphs.failed is not None and "capturing" in graphs.failed
     assert len(tries) == 1 and graphs.captured == 0  # tried once, not at every bucket
+
+
+def test_a_full_loop_lets_rows_in_a_quarter_at_a_time_not_one_by_one(
+    static: GenerationBackend, on_slots: Callable[[int], GenerationBackend]
+) -> None:
+    # on slots a finished row's slot is free at once: with a backlog and the cadence not due,
+    # a row joining alone into a full loop would be a prefill pass for one row at every step
+    # (a GPU's prefill costs several recorded steps); they wait until a quarter can join
+    backend = on_slots(8)
+    decoder = backend.decoder
+    assert decoder is not None
+    joins: list[tuple[int, int]] = []  # (rows joining, rows running)
+    real = decoder._join
+
+    def join(joining: list[Any]) -> None:
+        joins.append((len(joining), len(_slots(backend))))
+        real(joining)
+
+    decoder._join = join  # type: ignore[method-assign]
+    decoder.cadence.steps_between_joins = lambda: 10_000  # type: ignore[method-assign]
+    items, params = _work(static, 32)
+    together = _together(backend, items, params, callers=4)
+    assert [g.token_ids for g in together] == _alone(static, items, params)
+    later = [(j, r) for j, r in joins if r]  # the loop was not empty
+    assert later and all(j * 4 >= r for j, r in later), joins
