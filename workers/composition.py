@@ -84,6 +84,7 @@ def load_model(
     metrics.loaded(t.load_weights_s, t.build_s, t.warm_up_s)
     metrics.describe(worker_id, backend.name, spec.version, loaded["device"], buckets)
     metrics.watch_memory(str(getattr(backend, "device", "cpu")))
+    metrics.watch_decoder(backend)
     print("LOADED " + json.dumps(loaded), flush=True)
     return Loaded(spec, backend, buckets, plan)
 

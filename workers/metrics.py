@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -61,6 +62,14 @@ MEMORY = Gauge("headrace_worker_memory_bytes", "Memory this worker holds", ["kin
 MEMORY_USED = Gauge(
     "headrace_worker_memory_used_ratio",
     "Share of its device's memory in use (CUDA reserved / total on a GPU; RSS / RAM on CPU)",
+)
+
+DECODE = Gauge(
+    "headrace_worker_decode",
+    "A generation worker's continuous decode loop: steps run, rows preempted, the most rows "
+    "decoded in one step, CUDA graphs recorded, and 1 if recording one failed (every step "
+    "eager since: slower)",
+    ["what"],
 )
 
 
@@ -120,3 +129,18 @@ def watch_memory(device: str) -> None:
 def _rss() -> float:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def watch_decoder(backend: Any) -> None:
+    """The decode loop's gauges, read at each scrape (a backend with no loop has none)."""
+    inner = getattr(backend, "inner", backend)  # under the fault-injection wrapper
+    decoder = getattr(inner, "decoder", None)
+    if decoder is None:
+        return
+    DECODE.labels("steps").set_function(lambda: decoder.steps)
+    DECODE.labels("preempted").set_function(lambda: decoder.preempted)
+    DECODE.labels("most_rows").set_function(lambda: decoder.most_rows)
+    graphs = getattr(inner, "graphs", None)
+    if graphs is not None:
+        DECODE.labels("graphs_captured").set_function(lambda: graphs.captured)
+        DECODE.labels("graphs_failed").set_function(lambda: graphs.failed is not None)

@@ -3,8 +3,10 @@ worker process with --metrics-port after real traffic."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,10 +26,13 @@ from headrace.schemas.messages import (
     Request,
     Timings,
 )
+from headrace.schemas.params import GenerateParams
 from headrace.workers import metrics
+from headrace.workers.backends.decode_graphs import StepGraphs
 from tests.conftest import pipeline_env, unique_prefix
 from tests.eventually import eventually
 from tests.gateway.gateway_proc import free_port
+from tests.tiny_model import load_test_lm
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -68,6 +73,29 @@ def test_a_batch_s_replies_are_counted_with_their_times() -> None:
     assert value("headrace_request_seconds_sum", bucket="999") == pytest.approx(3.0)
     assert value("headrace_batch_compute_seconds_sum", bucket="999") == pytest.approx(0.4)
     assert value("headrace_request_queued_seconds_sum", bucket="999") == pytest.approx(0.02)
+
+
+def _unrecordable(step: Callable[[], Any]) -> Any:
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_decode_loop_s_gauges_follow_it_and_say_when_graphs_fail() -> None:
+    backend = load_test_lm(continuous_rows=8, slots=True)
+    try:
+        graphs = StepGraphs(_unrecordable)
+        assert backend.slot_batch is not None
+        backend.slot_batch.runner = graphs.run
+        backend.graphs = graphs
+        metrics.watch_decoder(backend)
+        assert value("headrace_worker_decode", what="graphs_failed") == 0
+        items = backend.encode(["the water runs", "to the mill"], [False, False])
+        backend.generate(items, [GenerateParams(max_tokens=6)] * 2)
+        assert value("headrace_worker_decode", what="steps") >= 4
+        assert value("headrace_worker_decode", what="most_rows") == 2
+        assert value("headrace_worker_decode", what="graphs_failed") == 1
+        assert value("headrace_worker_decode", what="graphs_captured") == 0
+    finally:
+        backend.close()
 
 
 def test_a_running_worker_serves_its_series(stack: LocalStack, tmp_path: Path) -> None:
