@@ -5,8 +5,8 @@ took 15 ms to launch what the GPU ran in a few (docs/benchmarks.md, "On a GPU").
 records a step's kernels once and replays them with one launch. A bucket's step reads and
 writes the same buffers every time (the slots' cache, tokens, positions) and reads nothing
 back to the host, so it is recorded the first time its bucket runs (after two eager runs on
-a side stream, as CUDA graphs ask) and replayed from then on; the graphs share one memory
-pool (they never run at once).
+the stream it is recorded on, as CUDA graphs ask) and replayed from then on; the graphs
+share one memory pool and one recording stream (they never run at once).
 
 If recording fails, the reason is logged once and every step runs eagerly from then on:
 slower, never wrong. ``captured`` and ``failed`` say what happened (the GPU bench reports
@@ -35,6 +35,7 @@ class StepGraphs:
         self._record = record or self._cuda_graph
         self._graphs: dict[tuple[int, int], tuple[Any, torch.Tensor]] = {}
         self._pool: Any = None
+        self._stream: Any = None  # where every bucket is warmed and recorded
         self.failed: str | None = None  # why recording failed (every step eager since)
 
     @property
@@ -57,15 +58,21 @@ class StepGraphs:
         return out
 
     def _cuda_graph(self, step: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
-        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        """Warm runs and the recording on one side stream, the same for every bucket: the
+        math libraries' per-stream handles and workspaces are made by the warm runs, not
+        inside a recording, and graphs sharing a pool are recorded on one stream."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+            self._stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side = self._stream
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARM_RUNS):  # a step's writes are the same each run: no harm
                 step()
         torch.cuda.current_stream().wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(
+            graph, pool=self._pool, stream=side, capture_error_mode="thread_local"
+        ):
             out = step()
         return graph, out
