@@ -88,6 +88,16 @@ class FaultyBackend:
         return self.inner.timings
 
     @property
+    def decoder(self) -> Any:
+        """The continuous decode loop of the backend inside, if it has one."""
+        return getattr(self.inner, "decoder", None)
+
+    @property
+    def graphs(self) -> Any:
+        """The decode steps' CUDA graphs of the backend inside, if it replays them."""
+        return getattr(self.inner, "graphs", None)
+
+    @property
     def pulse(self) -> Pulse | None:
         pulse: Pulse | None = getattr(self.inner, "pulse", None)
         return pulse

@@ -133,14 +133,13 @@ def _rss() -> float:
 
 def watch_decoder(backend: Any) -> None:
     """The decode loop's gauges, read at each scrape (a backend with no loop has none)."""
-    inner = getattr(backend, "inner", backend)  # under the fault-injection wrapper
-    decoder = getattr(inner, "decoder", None)
+    decoder = getattr(backend, "decoder", None)
     if decoder is None:
         return
     DECODE.labels("steps").set_function(lambda: decoder.steps)
     DECODE.labels("preempted").set_function(lambda: decoder.preempted)
     DECODE.labels("most_rows").set_function(lambda: decoder.most_rows)
-    graphs = getattr(inner, "graphs", None)
+    graphs = getattr(backend, "graphs", None)
     if graphs is not None:
         DECODE.labels("graphs_captured").set_function(lambda: graphs.captured)
         DECODE.labels("graphs_failed").set_function(lambda: graphs.failed is not None)

@@ -46,8 +46,7 @@ def memory_plan(
 def admit_by_plan(backend: ModelBackend, plan: dict[str, Any]) -> int | None:
     """Give a continuous decoder the plan's KV cache room (``kv_tokens``): rows join only
     while it holds them (issue 35 item 2). The room set, or None (no decoder, no figure)."""
-    inner = getattr(backend, "inner", backend)  # under the fault-injection wrapper
-    decoder = getattr(inner, "decoder", None)
+    decoder = getattr(backend, "decoder", None)
     room = plan.get("kv_tokens")
     if decoder is None or not isinstance(room, int) or room <= 0:
         return None

@@ -59,7 +59,6 @@ from headrace.workers.backends.running_batch import (
     check_layers,
     last_logits,
     prefill_inputs,
-    select,
 )
 from headrace.workers.backends.sampling import Chosen
 from headrace.workers.backends.seats import Seat, kv_fits, to_preempt
@@ -322,16 +321,8 @@ class ContinuousDecoder:
         ]
         self._take_all(new, last_logits(out.logits, prompts, right))
         keep = [k for k, live in enumerate(new) if live.row.finish is None]
-        if not keep:
-            return
-        running = self._running
-        if isinstance(running, SlotBatch):
-            running.add(cache, [new[k] for k in keep], keep)
-            return
-        if len(keep) < len(new):
-            mask = select(cache, mask, keep)
-            new = [new[k] for k in keep]
-        running.add(cache, mask, new)
+        if keep:
+            self._running.take_prefill(cache, mask, new, keep)
 
     def _step(self) -> None:
         """Cancelled rows leave; one token for every other row; finished rows leave."""

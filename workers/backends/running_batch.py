@@ -79,6 +79,15 @@ class RunningBatch(Generic[Row]):
         self.mask = torch.cat([pad_left(self.mask, width), pad_left(mask, width)])
         self.rows += rows
 
+    def take_prefill(
+        self, cache: Any, mask: torch.Tensor, rows: list[Row], keep: list[int]
+    ) -> None:
+        """Rows ``keep`` of a prefill's ``rows`` (its ``cache`` and ``mask``) join."""
+        if len(keep) < len(rows):
+            mask = select(cache, mask, keep)
+            rows = [rows[k] for k in keep]
+        self.add(cache, mask, rows)
+
     def next_mask(self, tokens: int = 1) -> torch.Tensor:
         """The mask of a step that feeds ``tokens`` more columns to every row."""
         assert self.mask is not None

@@ -107,6 +107,13 @@ class SlotBatch:
             self._window = Window(capacity, self.device)
             self._ids = self._ids[:capacity]
 
+    def take_prefill(
+        self, cache: Any, mask: torch.Tensor, rows: list[LiveRow], keep: list[int]
+    ) -> None:
+        """Rows ``keep`` of a right-padded prefill's ``rows`` join (its ``mask`` is not
+        needed: a slot's mask is made from its row's position)."""
+        self.add(cache, [rows[k] for k in keep], keep)
+
     def add(self, cache: Any, rows: list[LiveRow], keep: list[int]) -> None:
         """Rows ``keep`` of a right-padded prefill's ``cache`` join as ``rows`` (their
         prompts in columns ``[0, position)`` of a free slot each)."""

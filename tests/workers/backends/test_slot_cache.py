@@ -92,6 +92,16 @@ def _alone(
     return [static.generate([i], [p])[0].token_ids for i, p in zip(items, params, strict=True)]
 
 
+def _decodes_as_alone(
+    static: GenerationBackend, backend: GenerationBackend, count: int, callers: int
+) -> None:
+    """``count`` rows from ``callers`` threads at once on ``backend`` get, token for token,
+    what static decoding gives each alone."""
+    items, params = _work(static, count)
+    together = _together(backend, items, params, callers)
+    assert [g.token_ids for g in together] == _alone(static, items, params)
+
+
 def test_buckets_are_powers_of_two_within_their_bound() -> None:
     assert [bucket(n, 256) for n in (1, 8, 9, 16, 17, 200, 256)] == [8, 8, 16, 16, 32, 256, 256]
     assert bucket(300, 100) == 100
@@ -101,9 +111,7 @@ def test_rows_of_many_callers_on_slots_get_what_static_batching_gives_them(
     static: GenerationBackend, on_slots: Callable[[int], GenerationBackend]
 ) -> None:
     backend = on_slots(64)
-    items, params = _work(static, 30)
-    together = _together(backend, items, params, callers=6)
-    assert [g.token_ids for g in together] == _alone(static, items, params)
+    _decodes_as_alone(static, backend, 30, callers=6)
     assert backend.decoder is not None and backend.decoder.most_rows > 5
 
 
@@ -113,9 +121,7 @@ def test_rows_waiting_for_a_slot_take_the_ones_left_and_keep_their_tokens(
     # 8 slots for 24 rows: most wait, and decode in slots whose earlier rows were longer (their
     # keys are still in the columns past the new prompt: masked, never read)
     backend = on_slots(8)
-    items, params = _work(static, 24)
-    together = _together(backend, items, params, callers=4)
-    assert [g.token_ids for g in together] == _alone(static, items, params)
+    _decodes_as_alone(static, backend, 24, callers=4)
     decoder = backend.decoder
     assert decoder is not None and decoder.most_rows <= 8
     assert _slots(backend).capacity == 8 and _slots(backend).free == 8  # every slot given back
@@ -132,9 +138,7 @@ def test_the_kv_room_bounds_the_slots_before_they_are_allocated(
     backend.warm_up(default_shapes([16, 64], rows=2))
     assert slots.cache is None
     decoder.kv_tokens = 5 * slots.width + 1  # the memory plan's room: five rows at full width
-    items, params = _work(static, 12)
-    together = _together(backend, items, params, callers=3)
-    assert [g.token_ids for g in together] == _alone(static, items, params)
+    _decodes_as_alone(static, backend, 12, callers=3)
     assert slots.capacity == 5 and decoder.most_rows <= 5
     assert slots.token_bytes == 2 * 2 * 4 * 16 * 4  # k and v, 2 layers, 4 heads of 16, fp32
 
@@ -180,9 +184,7 @@ def test_a_buckets_step_is_the_same_calls_every_time_and_reads_nothing_back(
         return out
 
     slots.runner = recorded
-    items, params = _work(static, 12)
-    together = _together(backend, items, params, callers=3)
-    assert [g.token_ids for g in together] == _alone(static, items, params)
+    _decodes_as_alone(static, backend, 12, callers=3)
     counts = {b: len(steps) for b, steps in seen.items()}
     assert sum(n >= 5 for n in counts.values()) >= 2, counts
     for steps in seen.values():
@@ -214,9 +216,7 @@ def test_each_bucket_is_recorded_once_and_replayed_with_the_same_tokens(
     slots, graphs = _slots(backend), StepGraphs(lambda step: _from(_Replayed(step)))
     slots.runner = graphs.run
     _Replayed.recorded = 0
-    items, params = _work(static, 12)
-    together = _together(backend, items, params, callers=3)
-    assert [g.token_ids for g in together] == _alone(static, items, params)
+    _decodes_as_alone(static, backend, 12, callers=3)
     assert graphs.captured == _Replayed.recorded >= 2 and graphs.failed is None
     assert backend.decoder is not None and backend.decoder.steps > 3 * graphs.captured
 
@@ -237,9 +237,7 @@ def test_a_recording_that_fails_leaves_every_step_eager_and_right(
 
     graphs = StepGraphs(broken)
     _slots(backend).runner = graphs.run
-    items, params = _work(static, 6)
-    together = _together(backend, items, params, callers=2)
-    assert [g.token_ids for g in together] == _alone(static, items, params)
+    _decodes_as_alone(static, backend, 6, callers=2)
     assert graphs.failed is not None and "capturing" in graphs.failed
     assert len(tries) == 1 and graphs.captured == 0  # tried once, not at every bucket
 
@@ -262,8 +260,6 @@ def test_a_full_loop_lets_rows_in_a_quarter_at_a_time_not_one_by_one(
 
     decoder._join = join  # type: ignore[method-assign]
     decoder.cadence.steps_between_joins = lambda: 10_000  # type: ignore[method-assign]
-    items, params = _work(static, 32)
-    together = _together(backend, items, params, callers=4)
-    assert [g.token_ids for g in together] == _alone(static, items, params)
+    _decodes_as_alone(static, backend, 32, callers=4)
     later = [(j, r) for j, r in joins if r]  # the loop was not empty
     assert later and all(j * 4 >= r for j, r in later), joins
