@@ -17,6 +17,8 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -92,10 +94,10 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         except redis.RedisError:
             pass  # the claims expire; the dispatcher's lease sends the batch again
 
-    def handed(entry: Entry) -> None:
+    def handed(entry: Entry, sent: Callable[[], None]) -> None:
         batch = entry.batch()
         try:
-            compute(batch, slots.aside())
+            compute(batch, replace(slots.aside(), replies_sent=sent))
         except TRANSIENT_ERRORS as exc:
             let_go(batch, exc)
             send(batch, entry.queue, countdown=RETRY_COUNTDOWN_S)
@@ -119,16 +121,19 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
     @app.task(name=TASK_NAME, acks_late=True, bind=True, max_retries=1)  # type: ignore[untyped-decorator]
     def run_batch_task(task: Task, payload: str | dict[str, Any]) -> None:
         batch = batch_of(payload)
-        if desk is not None:
-            desk.task_started()
+        if desk is None:
+            here, ended = slots.context(), None
+        else:
+            ended = desk.task_started()
+            here = replace(slots.context(), replies_sent=ended)
         try:
-            compute(batch, slots.context())
+            compute(batch, here)
         except TRANSIENT_ERRORS as exc:
             let_go(batch, exc)
             raise task.retry(exc=exc, countdown=RETRY_COUNTDOWN_S) from exc
         finally:
-            if desk is not None:
-                desk.task_ended()
+            if ended is not None:
+                ended()
 
     stop = threading.Event()
     info = {

@@ -211,6 +211,51 @@ def test_each_reply_carries_its_share_of_the_batch_device_time(
     assert completion.compute_ms >= replies[0].timings.compute_ms > 0
 
 
+class Recorded(TopicReplySink):
+    """A reply sink that writes ``send`` and ``flush`` in ``events`` as they happen."""
+
+    def __init__(self, transport: MemoryTransport, settings: Settings, events: list[str]) -> None:
+        super().__init__(transport, settings)
+        self.events = events
+
+    def send(self, topic: str, reply: Any, headers: Any = ()) -> None:
+        self.events.append("send")
+        super().send(topic, reply, headers)
+
+    def flush(self) -> list[Delivered]:
+        self.events.append("flush")
+        return super().flush()
+
+
+def test_a_batch_says_its_replies_are_sent_before_their_acknowledgement(
+    backend: EmbeddingBackend,
+) -> None:
+    """``replies_sent`` (the hand-off desk's cue that the worker is idle) comes once, after
+    the last reply is sent and before the broker's acknowledgement and the ledger's mark."""
+    prefix = "t-sent"
+    settings = Settings(topic_prefix=prefix)
+    _, transport = memory_sink(settings)
+    events: list[str] = []
+    ledger = MemoryLedger()
+    batch = make_batch(prefix, ["one", "two", "three"], MODEL)
+    ids = [(i.request.tenant, i.request.request_id) for i in batch.items]
+
+    def sent() -> None:
+        answered = ledger.claim(ids, owner="other", lease_ms=1, worker_id="x")
+        events.append("sent:" + ",".join(sorted({state.name for state in answered})))
+
+    ctx = BatchContext(
+        backend=backend,
+        ledger=ledger,
+        sink=Recorded(transport, settings, events),
+        worker_id="w",
+        replies_sent=sent,
+    )
+    completion = run_batch(batch, ctx)
+    assert events == ["send", "send", "send", "sent:busy", "flush"]
+    assert len(completion.done) == 3
+
+
 class Turns(FaultyBackend):
     """Counts the batches inside the model at once; ``entered`` is set once a second batch
     has entered it."""

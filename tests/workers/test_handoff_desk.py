@@ -1,10 +1,12 @@
 """The worker's hand-off desk on the local stack's Redis: idle only while no Celery task
-runs and nothing handed over computes; what its inbox holds when it stops goes back."""
+runs and nothing handed over computes (idle again once a batch's replies are sent); what its
+inbox holds when it stops goes back."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -29,7 +31,7 @@ def test_the_desk_is_idle_between_tasks_runs_what_it_is_handed_and_gives_back_th
     ran: list[Batch] = []
     given_back: list[Entry] = []
 
-    def run(entry: Entry) -> None:
+    def run(entry: Entry, _sent: Callable[[], None]) -> None:
         got = entry.batch()
         ran.append(got)
         if got.batch_id in holds:  # computing: no token meanwhile
@@ -48,11 +50,11 @@ def test_the_desk_is_idle_between_tasks_runs_what_it_is_handed_and_gives_back_th
     assert prepared == ["handoff"]  # on its own thread, once, before it was first idle
     assert eventually(lambda: ran == [first], timeout_s=5)
     assert offers.offer(second, "q") is None  # busy with what it was handed
-    desk.task_started()  # a Celery task too: not idle until it ends
+    ended = desk.task_started()  # a Celery task too: not idle until it ends
     holds[first.batch_id].set()
     time.sleep(0.3)
     assert offers.offer(second, "q") is None
-    desk.task_ended()
+    ended()
     assert eventually(lambda: offers.offer(second, "q") == "w1", timeout_s=5)
     assert eventually(lambda: offers.offer(third, "q") == "w1", timeout_s=5)
     assert eventually(lambda: ran == [first, second, third], timeout_s=5)
@@ -77,18 +79,60 @@ def test_the_desk_is_idle_again_the_moment_a_celery_task_ends(
     # stay without a token until this wait is over
     desk = Desk(
         Inbox(client, prefix, "w1", ["q"]),
-        lambda e: ran.append(e.batch()),
+        lambda e, _sent: ran.append(e.batch()),
         lambda _: None,
         wait_s=5.0,
     )
     desk.start()
     try:
         eventually(lambda: client.exists(f"{prefix}:handoff:token:w1"), timeout_s=5)
-        desk.task_started()  # a lone request came by Celery
+        ended = desk.task_started()  # a lone request came by Celery
         assert offers.offer(batch(prefix), "q") is None
-        desk.task_ended()
+        ended()
         handed = batch(prefix)
         assert offers.offer(handed, "q") == "w1"  # at once, not after the desk's wait
         assert eventually(lambda: ran == [handed], timeout_s=2)
+        ended()  # a task's end said twice (its replies sent, then its return) counts once
+        again = desk.task_started()
+        assert offers.offer(batch(prefix), "q") is None
+        again()
+        assert offers.offer(batch(prefix), "q") == "w1"
+    finally:
+        desk.close()
+
+
+def test_the_desk_is_idle_once_a_batch_s_replies_are_sent_and_takes_one_batch_at_a_time(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A batch handed over says when its replies are sent; the worker is idle from then
+    while the batch's bookkeeping goes on, and the batch handed to it meanwhile is the only
+    one until it runs (the desk does not set its token again over the one an offer took)."""
+    offers = HandOff(client, prefix)
+    first, second, third = (batch(prefix) for _ in range(3))
+    bookkeeping, computing = threading.Event(), threading.Event()
+    ran: list[Batch] = []
+
+    def run(entry: Entry, sent: Callable[[], None]) -> None:
+        got = entry.batch()
+        ran.append(got)
+        if got.batch_id == first.batch_id:
+            sent()
+            bookkeeping.wait(10)
+        elif got.batch_id == second.batch_id:
+            computing.wait(10)
+
+    desk = Desk(Inbox(client, prefix, "w1", ["q"]), run, lambda _: None, wait_s=0.1)
+    desk.start()
+    try:
+        assert eventually(lambda: offers.offer(first, "q") == "w1", timeout_s=5)
+        assert eventually(lambda: ran == [first], timeout_s=5)
+        assert eventually(lambda: offers.offer(second, "q") == "w1", timeout_s=2)
+        bookkeeping.set()
+        assert eventually(lambda: ran == [first, second], timeout_s=5)
+        time.sleep(0.3)  # a few of the desk's waits' length
+        assert offers.offer(third, "q") is None  # computing the second
+        computing.set()
+        assert eventually(lambda: offers.offer(third, "q") == "w1", timeout_s=5)
+        assert eventually(lambda: ran == [first, second, third], timeout_s=5)
     finally:
         desk.close()
