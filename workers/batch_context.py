@@ -72,7 +72,8 @@ class BatchContext:
     # where an encoder's first attempt at a batch claims its requests while it computes them
     # (the claim's round trip off a lone request's path); None: claim, then compute
     claim_beside: Executor | None = None
-    # called once a batch's last replies are sent, before the broker acknowledges them and
-    # the ledger hears of it: the worker is done with the model (the hand-off desk says it
-    # is idle then, so a requester's next request finds it so)
+    # called once the broker has a batch's last replies, before the ledger hears of them:
+    # the worker is done with the model (the hand-off desk says it is idle then, so a
+    # requester's next request finds it so; before the flush, that Redis round trip delayed
+    # every reply: the flush is what sends them)
     replies_sent: Callable[[], None] | None = None

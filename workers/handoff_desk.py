@@ -5,8 +5,8 @@ at the model with Celery's (``BatchContext.model_turn``).
 Celery's tasks say when they start (``task_started``, which takes the token away at once, so a
 dispatcher hands the worker nothing more while it computes; one handed over in that instant
 waits for the model, as a prefetched task would) and when they are done with the model (the
-end it returns). A batch is done once its last replies are sent, before the broker
-acknowledges them and the ledger hears of it (``BatchContext.replies_sent``): a requester
+end it returns). A batch is done once the broker has its last replies, before the ledger hears
+of them and the metrics count them (``BatchContext.replies_sent``): a requester
 answered then may send its next request at once, and it finds the worker idle, not busy
 with the bookkeeping of the batch before (lone requests one after another each went by
 Celery about one time in ten on a loaded machine).
@@ -38,7 +38,7 @@ class Desk:
         prepare: Callable[[], object] = lambda: None,
     ) -> None:
         """``run``: compute a batch handed over (on the desk's thread; it answers its own
-        errors) and call the function it is given once the batch's replies are sent (the
+        errors) and call the function it is given once the broker has the batch's replies (the
         worker is idle from then); ``give_back``: send one left in the inbox at the end by Celery;
         ``prepare``: called on the desk's thread before it first says it is idle (what the
         first batch handed over would otherwise wait for: its reply sink's connection)."""
@@ -61,7 +61,7 @@ class Desk:
 
     def task_started(self) -> Callable[[], None]:
         """A Celery task starts: not idle until it ends. Returns its end, to call once its
-        replies are sent and again when it returns (the second call does nothing)."""
+        replies are delivered and again when it returns (the second call does nothing)."""
         with self._lock:
             self._tasks += 1
             self._token_at = None

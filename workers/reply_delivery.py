@@ -91,9 +91,9 @@ class Delivery:
                 log.exception("batch %s: before-delivery hook failed", batch.batch_id)
         for item, reply in replies:
             ctx.sink.send(item.request.reply_to, reply, headers_of(item.traceparent))
+        landed = {d.key: d for d in ctx.sink.flush() if d.key is not None}  # the last per key
         if last and ctx.replies_sent is not None:
             ctx.replies_sent()
-        landed = {d.key: d for d in ctx.sink.flush() if d.key is not None}  # the last per key
         where = {
             (item.request.tenant, item.request.request_id): ReplyAt(d.topic, d.partition, d.offset)
             for item, _ in replies

@@ -227,11 +227,12 @@ class Recorded(TopicReplySink):
         return super().flush()
 
 
-def test_a_batch_says_its_replies_are_sent_before_their_acknowledgement(
+def test_a_batch_says_its_replies_are_sent_before_the_ledger_marks_them(
     backend: EmbeddingBackend,
 ) -> None:
     """``replies_sent`` (the hand-off desk's cue that the worker is idle) comes once, after
-    the last reply is sent and before the broker's acknowledgement and the ledger's mark."""
+    the broker's acknowledgement of the last reply (the flush sends them: a round trip
+    before it delays every reply) and before the ledger's mark."""
     prefix = "t-sent"
     settings = Settings(topic_prefix=prefix)
     _, transport = memory_sink(settings)
@@ -252,7 +253,7 @@ def test_a_batch_says_its_replies_are_sent_before_their_acknowledgement(
         replies_sent=sent,
     )
     completion = run_batch(batch, ctx)
-    assert events == ["send", "send", "send", "sent:busy", "flush"]
+    assert events == ["send", "send", "send", "flush", "sent:busy"]
     assert len(completion.done) == 3
 
 
