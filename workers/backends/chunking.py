@@ -9,6 +9,11 @@ limits an encoder (issue 35). ``skip_chunking_checks`` rebinds that name, in the
 transformers modules that imported it, to a function that calls the feed-forward directly
 when chunking is off (what transformers does after its check) and leaves any other call to
 transformers' own.
+
+Modules are read through their ``__dict__``, never ``getattr``: a package of
+``transformers.models`` is a lazy module whose attribute lookup imports what it names (on
+transformers 5.17, the GPU machine's, asking one for this name imported an image processor
+that needs torchvision, and the embedding backend failed to build).
 """
 
 from __future__ import annotations
@@ -32,10 +37,15 @@ def skip_chunking_checks() -> int:
     direct = _direct(original)
     rebound = 0
     for name, module in list(sys.modules.items()):
-        if name.startswith("transformers.models.") and getattr(module, NAME, None) is original:
+        if name.startswith("transformers.models.") and _own(module) is original:
             setattr(module, NAME, direct)
             rebound += 1
     return rebound
+
+
+def _own(module: Any) -> Any:
+    """The name as the module holds it, without a lazy module's lookup (None: not held)."""
+    return getattr(module, "__dict__", {}).get(NAME)
 
 
 @contextmanager
@@ -44,7 +54,7 @@ def transformers_own() -> Iterator[None]:
     its users run it (``scripts/gpu_bench_embeddings.py``'s sentence-transformers)."""
     rebound: list[tuple[Any, Callable[..., Any]]] = []
     for name, module in list(sys.modules.items()):
-        direct = getattr(module, NAME, None) if name.startswith("transformers.models.") else None
+        direct = _own(module) if name.startswith("transformers.models.") else None
         if direct is not None and getattr(direct, "__module__", None) == __name__:
             rebound.append((module, direct))
     for module, direct in rebound:

@@ -26,6 +26,22 @@ def module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return fake
 
 
+class Lazy(types.ModuleType):
+    """A lazy package as transformers makes them: looking a name up imports something."""
+
+    def __getattr__(self, name: str) -> object:
+        raise ImportError(f"looking up {name} imported what this machine lacks")
+
+
+def test_a_lazy_package_is_read_without_its_lookup(
+    module: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "transformers.models.lazy_for_tests", Lazy("lazy"))
+    assert chunking.skip_chunking_checks() >= 1
+    with chunking.transformers_own():
+        assert module.apply_chunking_to_forward is pytorch_utils.apply_chunking_to_forward
+
+
 def test_a_model_module_is_rebound_once_and_computes_the_same(module: types.ModuleType) -> None:
     assert chunking.skip_chunking_checks() >= 1
     direct = module.apply_chunking_to_forward
