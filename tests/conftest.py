@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from headrace.config.settings import Settings
 from headrace.ops import processes
@@ -24,6 +26,14 @@ os.environ.setdefault("HEADRACE_WARM_UP_ROWS", "1")
 # from a parent that imported them once (headrace.ops.prefork): a worker is ready in about
 # 1.7 s, not 6-7 s. tests/ops/test_prefork.py checks a forked child behaves as a fresh one.
 processes.use_prefork()
+
+# Property tests check what holds, never how fast: no per-example deadline and no health
+# check on how long inputs take to draw (a loaded machine's pause failed one: test_seats.py
+# drew its first example in 1.1 s). A test's own @settings still sets the rest.
+hypothesis_settings.register_profile(
+    "headrace", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("headrace")
 
 __all__ = ["store_url"]  # a fixture for every SQL-store test (jobs, the model registry)
 pytest_plugins = ["tests.parallel"]  # several xdist workers, safely
