@@ -14,66 +14,80 @@ import threading
 import time
 import uuid
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 
 from headrace.config.settings import Settings
 from headrace.transport.kafka import clients
 
 
-def hop_ms(settings: Settings, topics: int, records: int = 60, gap_s: float = 0.05) -> list[float]:
-    """Send-to-read milliseconds of ``records`` records sent ``gap_s`` apart to the first of
-    ``topics`` new topics, read by a group member subscribed to all of them."""
-    names = [f"floor-{uuid.uuid4().hex[:8]}-{i}" for i in range(topics)]
-    clients.ensure_topics(settings, names)
-    consumer = KafkaConsumer(
-        *names,
-        **clients.consumer_options(
-            settings,
-            group_id=f"floor-{uuid.uuid4().hex[:8]}",
-            fetch_max_wait_ms=settings.kafka_fetch_wait_eager_ms,
-        ),
-    )
-    producer = clients.producer(settings)
-    read_at: dict[bytes, float] = {}
-    arrived = threading.Condition()
-    stop = threading.Event()
+class Hop:
+    """One hop kept open: ``once()`` sends a record to the first of ``topics`` new topics,
+    read by a group member subscribed to all of them, and returns the milliseconds from the
+    producer's ``send`` to the consumer's ``poll`` returning it. Kept open, it can be timed
+    between a pipeline's own requests, on the machine as it is at that moment."""
 
-    def read() -> None:
-        while not stop.is_set():
-            for batch in consumer.poll(timeout_ms=30).values():
+    def __init__(self, settings: Settings, topics: int) -> None:
+        names = [f"floor-{uuid.uuid4().hex[:8]}-{i}" for i in range(topics)]
+        clients.ensure_topics(settings, names)
+        self.topic = names[0]
+        self.consumer = KafkaConsumer(
+            *names,
+            **clients.consumer_options(
+                settings,
+                group_id=f"floor-{uuid.uuid4().hex[:8]}",
+                fetch_max_wait_ms=settings.kafka_fetch_wait_eager_ms,
+            ),
+        )
+        self.producer = clients.producer(settings)
+        self.read_at: dict[bytes, float] = {}
+        self.arrived = threading.Condition()
+        self.stop = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.sent = 0
+        self._time(b"warm", timeout_s=30.0)  # joined, assigned
+
+    def once(self) -> float:
+        self.sent += 1
+        return self._time(f"r{self.sent}".encode())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.reader.join()
+        self.consumer.close()
+        self.producer.close()
+
+    def __enter__(self) -> Hop:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        while not self.stop.is_set():
+            for batch in self.consumer.poll(timeout_ms=30).values():
                 now = time.perf_counter()
-                with arrived:
-                    read_at.update((r.value, now) for r in batch)
-                    arrived.notify_all()
+                with self.arrived:
+                    self.read_at.update((r.value, now) for r in batch)
+                    self.arrived.notify_all()
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        _send(producer, names[0], b"warm", read_at, arrived, timeout_s=30.0)  # joined, assigned
+    def _time(self, value: bytes, timeout_s: float = 10.0) -> float:
+        sent = time.perf_counter()
+        self.producer.send(self.topic, value)
+        self.producer.flush()
+        with self.arrived:
+            if not self.arrived.wait_for(lambda: value in self.read_at, timeout_s):
+                raise TimeoutError(
+                    f"a record sent to {self.topic} was not read within {timeout_s} s"
+                )
+        return (self.read_at[value] - sent) * 1000
+
+
+def hop_ms(settings: Settings, topics: int, records: int = 60, gap_s: float = 0.05) -> list[float]:
+    """``records`` hops (``Hop``), sent ``gap_s`` apart."""
+    with Hop(settings, topics) as hop:
         out = []
-        for i in range(records):
+        for _ in range(records):
             time.sleep(gap_s)
-            out.append(_send(producer, names[0], f"r{i}".encode(), read_at, arrived))
+            out.append(hop.once())
         return out
-    finally:
-        stop.set()
-        reader.join()
-        consumer.close()
-        producer.close()
-
-
-def _send(
-    producer: KafkaProducer,
-    topic: str,
-    value: bytes,
-    read_at: dict[bytes, float],
-    arrived: threading.Condition,
-    timeout_s: float = 10.0,
-) -> float:
-    sent = time.perf_counter()
-    producer.send(topic, value)
-    producer.flush()
-    with arrived:
-        if not arrived.wait_for(lambda: value in read_at, timeout_s):
-            raise TimeoutError(f"a record sent to {topic} was not read within {timeout_s} s")
-    return (read_at[value] - sent) * 1000
