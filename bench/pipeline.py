@@ -86,6 +86,7 @@ class LoneLegs:
     batch_wait_ms: list[float]
     reply_leg_ms: list[float]  # total - queued - batch_wait - compute
     after_quiet_ms: list[float]  # latency - compute of a request after QUIET_S of silence
+    to_worker_ms: list[float] = field(default_factory=list)  # the end of batch_wait
     # the bare client's request hop and reply hop, timed right after each lone request
     request_hop_ms: list[float] = field(default_factory=list)
     reply_hop_ms: list[float] = field(default_factory=list)
@@ -181,6 +182,8 @@ def run_pipeline(
                 legs.overhead_ms.append(overhead)
                 legs.queued_ms.append(t.queued_ms)
                 legs.batch_wait_ms.append(t.batch_wait_ms)
+                if t.to_worker_ms is not None:
+                    legs.to_worker_ms.append(t.to_worker_ms)
                 legs.reply_leg_ms.append(overhead - t.queued_ms - t.batch_wait_ms)
                 if floor:
                     time.sleep(0.05)
@@ -388,8 +391,9 @@ def main(
             "(e) lone request latency - compute, p99", f"{pct(legs.overhead_ms, 0.99):.1f} ms"
         )
         table.add_row(
-            "    legs p50: queued / batch wait / reply",
-            f"{pct(legs.queued_ms, 0.5):.1f} / {pct(legs.batch_wait_ms, 0.5):.1f} / "
+            "    legs p50: queued / batch wait (its end: to the worker) / reply",
+            f"{pct(legs.queued_ms, 0.5):.1f} / {pct(legs.batch_wait_ms, 0.5):.1f} "
+            f"({pct(legs.to_worker_ms, 0.5) if legs.to_worker_ms else float('nan'):.1f}) / "
             f"{pct(legs.reply_leg_ms, 0.5):.1f} ms",
         )
     if legs.request_hop_ms:

@@ -221,11 +221,15 @@ class Timings(_Message):
 
     queued_ms: created_at -> the dispatcher read it; batch_wait_ms: read -> its batch started
     computing (batch formation and the Celery queue); compute_ms: the batch's model time.
+    to_worker_ms, the end of batch_wait_ms: its batch made by the dispatcher -> started
+    computing (the trip by Celery or the hand-off, and the worker's claim and admission;
+    None from a worker that does not say).
     """
 
     queued_ms: float
     batch_wait_ms: float
     compute_ms: float
+    to_worker_ms: float | None = None
 
 
 class BatchInfo(_Message):

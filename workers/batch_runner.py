@@ -187,7 +187,14 @@ def _compute(
             compute_ms = (now - started) * 1000
             result = generation_result(enc, out, sampling_params(item.request), pieces)
             reply = _reply(
-                item, result, started, compute_ms, info, tokens, len(runnable), out.device_ms
+                item,
+                result,
+                (batch.dispatched_at, started),
+                compute_ms,
+                info,
+                tokens,
+                len(runnable),
+                out.device_ms,
             )
             group.append((item, reply))
         try:
@@ -236,7 +243,16 @@ def _compute(
     return [
         (
             item,
-            _reply(item, result, started, compute_ms, batch_info, row_padded, len(runnable), share),
+            _reply(
+                item,
+                result,
+                (batch.dispatched_at, started),
+                compute_ms,
+                batch_info,
+                row_padded,
+                len(runnable),
+                share,
+            ),
         )
         for k, ((item, _), result, share) in enumerate(zip(runnable, results, shares, strict=True))
         if k not in handed
@@ -246,17 +262,19 @@ def _compute(
 def _reply(
     item: BatchItem,
     result: Result,
-    started: float,
+    sent_started: tuple[float, float],
     compute_ms: float,
     batch_info: BatchInfo,
     padded_tokens: int,
     rows: int,
     device_ms: float | None = None,
 ) -> Reply:
-    """A computed row's reply; its device time is what the backend measured for it (its
-    share of the forward passes it was in), else an even share of the batch's compute (its
-    rows are padded alike)."""
+    """A computed row's reply (``sent_started``: when the dispatcher made its batch, when the
+    batch started computing, both wall-clock); its device time is what the backend measured
+    for it (its share of the forward passes it was in), else an even share of the batch's
+    compute (its rows are padded alike)."""
     request = item.request
+    sent, started = sent_started
     tokens = (
         result.usage.prompt_tokens + result.usage.completion_tokens
         if isinstance(result, GenerationResult)
@@ -271,6 +289,7 @@ def _reply(
             queued_ms=max(0.0, (item.arrived_at - request.created_at.timestamp()) * 1000),
             batch_wait_ms=max(0.0, (started - item.arrived_at) * 1000),
             compute_ms=compute_ms,
+            to_worker_ms=max(0.0, (started - sent) * 1000),
         ),
         batch=batch_info,
         degraded=item.degraded,

@@ -33,6 +33,13 @@ BATCH_WAIT = Histogram(
     ["bucket"],
     buckets=LATENCY,
 )
+TO_WORKER = Histogram(
+    "headrace_request_to_worker_seconds",
+    "Its batch made by the dispatcher -> started computing (the trip by Celery or the "
+    "hand-off, the claim and admission): the end of batch_wait",
+    ["bucket"],
+    buckets=LATENCY,
+)
 COMPUTE = Histogram(
     "headrace_batch_compute_seconds", "A batch's model time", ["bucket"], buckets=LATENCY
 )
@@ -86,6 +93,8 @@ def observe(batch_bucket: int, replies: Sequence[tuple[BatchItem, Reply]], now: 
         if reply.timings is not None:
             QUEUED.labels(bucket).observe(reply.timings.queued_ms / 1000)
             BATCH_WAIT.labels(bucket).observe(reply.timings.batch_wait_ms / 1000)
+            if reply.timings.to_worker_ms is not None:
+                TO_WORKER.labels(bucket).observe(reply.timings.to_worker_ms / 1000)
         if reply.batch is not None and reply.batch.batch_id not in computed:  # halves of a
             computed.add(reply.batch.batch_id)  # split batch report the same id
             if reply.timings is not None:

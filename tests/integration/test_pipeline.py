@@ -68,6 +68,7 @@ def test_reply_timings_and_batch_facts_are_plausible(client: Client) -> None:
         t = reply.timings
         assert t.queued_ms >= 0 and t.batch_wait_ms >= 0 and t.compute_ms > 0
         assert t.queued_ms + t.batch_wait_ms + t.compute_ms <= elapsed_ms + 5
+        assert t.to_worker_ms is not None and 0 <= t.to_worker_ms <= t.batch_wait_ms + 5
         assert reply.result.token_count == tokens
         assert reply.batch.bucket == submission.bucket >= tokens
         assert reply.batch.real_tokens <= reply.batch.padded_tokens

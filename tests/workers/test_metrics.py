@@ -44,7 +44,7 @@ def value(name: str, **labels: str) -> float:
 def test_a_batch_s_replies_are_counted_with_their_times() -> None:
     created = datetime.fromtimestamp(1_800_000_000, UTC)
     info = BatchInfo(batch_id="b1", bucket=999, size=2, real_tokens=10, padded_tokens=12)
-    timings = Timings(queued_ms=20, batch_wait_ms=30, compute_ms=400)
+    timings = Timings(queued_ms=20, batch_wait_ms=30, compute_ms=400, to_worker_ms=7)
     replies = []
     for i, error in enumerate([None, ErrorInfo(code=ErrorCode.model_error, message="boom")]):
         request = Request(
@@ -73,6 +73,7 @@ def test_a_batch_s_replies_are_counted_with_their_times() -> None:
     assert value("headrace_request_seconds_sum", bucket="999") == pytest.approx(3.0)
     assert value("headrace_batch_compute_seconds_sum", bucket="999") == pytest.approx(0.4)
     assert value("headrace_request_queued_seconds_sum", bucket="999") == pytest.approx(0.02)
+    assert value("headrace_request_to_worker_seconds_sum", bucket="999") == pytest.approx(0.007)
 
 
 def _unrecordable(step: Callable[[], Any]) -> Any:
