@@ -51,6 +51,7 @@ class Desk:
         self._tasks = 0  # Celery tasks running
         self._computing = False  # a batch handed over runs on the desk's thread
         self._token_at: float | None = None  # when this desk last set its token (monotonic)
+        self.idle = threading.Event()  # set once the desk has first said it is idle
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="handoff", daemon=True)
@@ -98,6 +99,7 @@ class Desk:
     def _ready(self) -> None:
         self.inbox.ready(TOKEN_MS)
         self._token_at = time.monotonic()
+        self.idle.set()
 
     def _token_fresh(self) -> bool:
         """The token this desk set is young enough to outlive the next wait: not set again.

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 
 RETRY_COUNTDOWN_S = 1.0
+DESK_READY_S = 10.0  # the most a worker's readiness waits for its hand-off desk
 # Worth one retry of the whole batch: the connection, not the request, was the problem.
 # (Out-of-memory splits the batch instead; bad input is answered with its error, never retried.)
 TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, TransportError, ConnectionError)
@@ -160,7 +161,10 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         tune_collector()
         threading.Thread(target=beat, name="heartbeat", daemon=True).start()
         if desk is not None:
-            desk.start()
+            # ready on both paths: the first lone request is handed over too, not sent by
+            # Celery while the desk still connects its reply sink
+            if not desk.start().idle.wait(DESK_READY_S):
+                log.warning("hand-off desk not idle after %.0f s; ready without it", DESK_READY_S)
         announce_ready("worker", worker_id)
 
     def leave() -> None:  # a stalled model: no beat more, out of the live set at once

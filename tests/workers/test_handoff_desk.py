@@ -45,8 +45,9 @@ def test_the_desk_is_idle_between_tasks_runs_what_it_is_handed_and_gives_back_th
         wait_s=0.1,
         prepare=lambda: prepared.append(threading.current_thread().name),
     )
-    desk.start()
-    assert eventually(lambda: offers.offer(first, "q") == "w1", timeout_s=5)
+    assert not desk.idle.is_set()
+    assert desk.start().idle.wait(5)  # what the worker waits for before it says it is ready
+    assert offers.offer(first, "q") == "w1"
     assert prepared == ["handoff"]  # on its own thread, once, before it was first idle
     assert eventually(lambda: ran == [first], timeout_s=5)
     assert offers.offer(second, "q") is None  # busy with what it was handed
