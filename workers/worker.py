@@ -160,11 +160,10 @@ def serve(settings: Settings, buckets: list[int], loglevel: str = "INFO") -> Non
         # (a full collection over the model's objects stalled a batch 378 ms: collector.py)
         tune_collector()
         threading.Thread(target=beat, name="heartbeat", daemon=True).start()
-        if desk is not None:
-            # ready on both paths: the first lone request is handed over too, not sent by
-            # Celery while the desk still connects its reply sink
-            if not desk.start().idle.wait(DESK_READY_S):
-                log.warning("hand-off desk not idle after %.0f s; ready without it", DESK_READY_S)
+        # ready on both paths: the first lone request is handed over too, not sent by Celery
+        # while the desk still connects its reply sink
+        if desk is not None and not desk.start().idle.wait(DESK_READY_S):
+            log.warning("hand-off desk not idle after %.0f s; ready without it", DESK_READY_S)
         announce_ready("worker", worker_id)
 
     def leave() -> None:  # a stalled model: no beat more, out of the live set at once
