@@ -5,18 +5,20 @@ unimportable, as on the GPU machine, so that it cannot rot between lent GPUs."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
 from tests.scripts.without_pydantic import ROOT, quick_report
 
 
-def _embeddings_part() -> ModuleType:
-    path = ROOT / "scripts" / "gpu_bench_embeddings.py"
-    spec = importlib.util.spec_from_file_location("gpu_bench_embeddings", path)
+def _script(name: str) -> ModuleType:
+    path = ROOT / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, module)
@@ -27,6 +29,7 @@ def _embeddings_part() -> ModuleType:
 @pytest.mark.timeout(300)
 def test_gpu_bench_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
     report = quick_report("gpu_bench.py", tmp_path / "report.json", timeout_s=280)
+    assert report["complete"] is True
     embeddings = report["embeddings"]
     assert embeddings["useful_tokens"] > 0
     assert all(
@@ -58,7 +61,7 @@ def test_gpu_bench_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
 def test_a_batchs_fixed_cost_is_the_line_through_the_budgets() -> None:
     """Batches of 1,000 / 4,000 / 16,000 padded tokens at 10 ms plus 2 us a token: the fit
     gives back 10 ms, 2 us and 5,000 tokens of overhead; one batch size cannot tell."""
-    batch_cost = _embeddings_part().batch_cost
+    batch_cost = _script("gpu_bench_embeddings").batch_cost
     runs = [
         {"batches": 4, "padded_tokens": 4 * size, "seconds": 4 * (0.010 + 2e-6 * size)}
         for size in (1_000, 4_000, 16_000)
@@ -69,3 +72,29 @@ def test_a_batchs_fixed_cost_is_the_line_through_the_budgets() -> None:
         "overhead_tokens": 5000,
     }
     assert batch_cost(runs[:1])["overhead_tokens"] is None
+
+
+def test_a_run_cut_off_keeps_the_parts_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lent GPU's time is short: the report is written as each part ends, so a run stopped
+    in its second model still has the embeddings and the first model's figures."""
+    bench = _script("gpu_bench")
+    monkeypatch.setattr(bench, "bench_embeddings", lambda *_: {"useful_tokens": 7})
+
+    def generation(
+        device: Any, quick: bool, profiled: bool, report: dict[str, Any], save: Any
+    ) -> dict[str, Any]:
+        report["test_lm"] = {"continuous": {"output_tok_s": 5}}
+        save()
+        raise KeyboardInterrupt  # the device's time ran out in the second model
+
+    monkeypatch.setattr(bench, "generation", generation)
+    out = tmp_path / "report.json"
+    args = ["--device", "cpu", "--model-dir", str(tmp_path), "--out", str(out)]
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(args)
+    saved = json.loads(out.read_text())
+    assert saved["complete"] is False
+    assert saved["embeddings"] == {"useful_tokens": 7}
+    assert saved["generation"] == {"test_lm": {"continuous": {"output_tok_s": 5}}}
