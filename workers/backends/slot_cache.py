@@ -38,6 +38,19 @@ def bucket(n: int, most: int) -> int:
 
 Runner = Callable[[int, int, Callable[[], torch.Tensor]], torch.Tensor]
 
+# a row's logits as a step and its sampling hold them, in bytes per vocabulary entry beyond
+# the model's own element size twice (the slots' one buffer, the head's output in the
+# graphs' pool): the sampler's float32 probabilities, their sorted copy, its int64 order,
+# the cumulative sum and the scattered result (top-p), all [rows, vocabulary]
+SAMPLING_BYTES = 4 + 4 + 8 + 4 + 4
+
+
+def slots_fitting(free_bytes: int, token_bytes: int, width: int, vocab: int, element: int) -> int:
+    """How many slots 90% of ``free_bytes`` holds: each a row's keys and values at every
+    column (``token_bytes`` x ``width``) and its logits' working memory."""
+    per_slot = token_bytes * width + vocab * (2 * element + SAMPLING_BYTES)
+    return int(free_bytes * 0.9) // per_slot
+
 
 def eager(rows: int, columns: int, step: Callable[[], torch.Tensor]) -> torch.Tensor:
     """Run a bucket's step as it is (``decode_graphs.StepGraphs`` replays it instead)."""
@@ -88,7 +101,8 @@ class SlotBatch:
     def limit(self, kv_tokens: int | None) -> None:
         """Before the buffers are allocated: no more slots than ``kv_tokens`` (the memory
         plan's KV room) holds at ``width`` columns each, nor, on a GPU, than 90% of its free
-        memory holds (``token_bytes``: a token's keys and values, every layer); one at least."""
+        memory holds (``slots_fitting``; ``token_bytes``: a token's keys and values, every
+        layer); one at least."""
         if self.cache is not None:
             return
         capacity = self.capacity
@@ -96,7 +110,11 @@ class SlotBatch:
             capacity = min(capacity, kv_tokens // self.width)
         if self.device.type == "cuda" and self.token_bytes:
             free, _ = torch.cuda.mem_get_info(self.device)
-            capacity = min(capacity, int(free * 0.9) // (self.token_bytes * self.width))
+            head = self.model.get_output_embeddings().weight  # [vocabulary, hidden]
+            fit = slots_fitting(
+                free, self.token_bytes, self.width, head.shape[0], head.element_size()
+            )
+            capacity = min(capacity, fit)
         self._resize(max(1, capacity))
 
     def _resize(self, capacity: int) -> None:

@@ -21,7 +21,7 @@ from headrace.schemas.params import GenerateParams
 from headrace.workers.backends.base import EncodedItem, Generated, default_shapes
 from headrace.workers.backends.decode_graphs import StepGraphs
 from headrace.workers.backends.generation import GenerationBackend
-from headrace.workers.backends.slot_cache import SlotBatch, bucket
+from headrace.workers.backends.slot_cache import SlotBatch, bucket, slots_fitting
 from tests.tiny_model import context_lm, load_test_lm
 
 
@@ -105,6 +105,22 @@ def _decodes_as_alone(
 def test_buckets_are_powers_of_two_within_their_bound() -> None:
     assert [bucket(n, 256) for n in (1, 8, 9, 16, 17, 200, 256)] == [8, 8, 16, 16, 32, 256, 256]
     assert bucket(300, 100) == 100
+
+
+def test_a_slot_costs_its_keys_and_values_and_its_logits_working_memory() -> None:
+    """On a GPU the slots are bounded by 90% of free memory; each costs its row's KV at full
+    context and its logits as a step and the sampler hold them (the buffer, the graphs'
+    pool, five float32/int64 [rows, vocabulary] tensors of top-p: 24 bytes an entry)."""
+    gib = 1 << 30
+    medium_kv = 2 * 24 * 1024 * 2  # GPT-2 medium, fp16: keys and values, 24 layers
+    logits = 50_257 * (2 * 2 + 24)  # ~1.4 MB a row, against ~100 MB of KV at 1,024 columns
+    assert slots_fitting(10 * gib, medium_kv, 1024, 50_257, 2) == int(10 * gib * 0.9) // (
+        medium_kv * 1024 + logits
+    )
+    assert slots_fitting(10 * gib, medium_kv, 1024, 50_257, 2) == 94  # 96 on KV alone
+    # a small model with a large vocabulary: its logits, not its KV, bound the slots
+    assert slots_fitting(gib, 64, 64, 50_257, 4) == int(gib * 0.9) // (64 * 64 + 50_257 * 32)
+    assert slots_fitting(gib, 64, 64, 50_257, 4) < 600 < int(gib * 0.9) // (64 * 64)
 
 
 def test_rows_of_many_callers_on_slots_get_what_static_batching_gives_them(
