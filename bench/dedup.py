@@ -37,7 +37,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bench.pipeline import pct
+from bench.stats import pct
 from headrace.cache.requests import request_key
 from headrace.config.settings import Settings
 from headrace.config.tag_rules import TagRule

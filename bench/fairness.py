@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.lanes import online_beside_bulk, paced_latencies, print_rows
-from bench.pipeline import pct
+from bench.stats import pct
 from headrace import connections
 from headrace.config.settings import Settings
 from headrace.limits.policy import TenantLimits

@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import cpu
-from bench.pipeline import pct
+from bench.stats import pct
 from headrace.config.settings import Settings
 from headrace.models import tiny_lm
 from headrace.ops.localstack import LocalStack

@@ -29,7 +29,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bench.pipeline import pct
+from bench.stats import pct
 from headrace.config.settings import Settings
 from headrace.jobs.launch import new_job
 from headrace.jobs.lifecycle import JobStatus

@@ -29,7 +29,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Sampler, Sam
 from rich.console import Console
 from rich.table import Table
 
-from bench.pipeline import pct, run_pipeline
+from bench.pipeline import run_pipeline
+from bench.stats import pct
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.ops.processes import Proc, free_port, local_pipeline
