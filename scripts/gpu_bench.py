@@ -11,7 +11,9 @@
   test LM and on a random-weight GPT-2 shaped like gpt2-medium (n_embd 1024, 24 layers, 16
   heads, ~300M parameters, built here from the test LM's tokenizer), with the bench's mix
   (90% max_tokens 16, 10% 256; half greedy, half sampled) all submitted at once; beside
-  transformers' own continuous batching (``generate_batch``) on the same model; host copies
+  transformers' own continuous batching (``generate_batch``) on the same model; the
+  continuous loop again at a saturating rate (callers handing the mix in over and over,
+  tokens counted over a 4 s window: no tail of long rows decoding alone); host copies
   (``tolist``/``item``) per decode step; peak memory.
 
 The embeddings part is in gpu_bench_embeddings.py, the generation part in

@@ -146,6 +146,7 @@ def watch_decoder(backend: Any) -> None:
     if decoder is None:
         return
     DECODE.labels("steps").set_function(lambda: decoder.steps)
+    DECODE.labels("tokens").set_function(lambda: decoder.tokens)
     DECODE.labels("preempted").set_function(lambda: decoder.preempted)
     DECODE.labels("most_rows").set_function(lambda: decoder.most_rows)
     graphs = getattr(backend, "graphs", None)

@@ -52,6 +52,10 @@ def test_gpu_bench_runs_on_cpu_without_pydantic(tmp_path: Path) -> None:
         # the other layout on the same requests: on a GPU the left-padded cache beside slots
         # with CUDA graphs; here slots, eagerly, beside the CPU's left-padded cache
         assert continuous["layout"] == "left-padded" and continuous["cuda_graphs"] is None
+        # at a saturating rate: rows waited to join all through the window
+        saturated = generation["continuous_saturated"]
+        assert saturated["saturated"] is True and saturated["tokens"] > 0
+        assert saturated["output_tok_s"] > 0 and generation["saturated_over_static"] > 0
         other = generation["continuous_other_layout"]
         assert other["layout"] == "slots" and other["output_tok_s"] > 0
         # one copy a pass (prefills are passes too: test_sampling.py counts them exactly)

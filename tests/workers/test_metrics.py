@@ -90,8 +90,10 @@ def test_a_decode_loop_s_gauges_follow_it_and_say_when_graphs_fail() -> None:
         metrics.watch_decoder(backend)
         assert value("headrace_worker_decode", what="graphs_failed") == 0
         items = backend.encode(["the water runs", "to the mill"], [False, False])
-        backend.generate(items, [GenerateParams(max_tokens=6)] * 2)
+        out = backend.generate(items, [GenerateParams(max_tokens=6)] * 2)
         assert value("headrace_worker_decode", what="steps") >= 4
+        tokens = sum(g.completion_tokens for g in out)
+        assert value("headrace_worker_decode", what="tokens") == tokens
         assert value("headrace_worker_decode", what="most_rows") == 2
         assert value("headrace_worker_decode", what="graphs_failed") == 1
         assert value("headrace_worker_decode", what="graphs_captured") == 0

@@ -133,6 +133,7 @@ class ContinuousDecoder:
         self._joined_at = 0  # the step rows last joined at
         self.pulse = pulse or Pulse()  # each pass of the loop (prefills, a step) moves it
         self.steps = 0  # decode steps run (for tests and metrics)
+        self.tokens = 0  # output tokens the rows got (their completion tokens, as they come)
         self.most_rows = 0  # the most rows ever decoded in one step
         self.cpu_s = 0.0  # CPU seconds the loop's thread has used (what a token costs)
         self.pass_s = 0.0  # seconds the loop's passes took: its rows' charges add up to it
@@ -170,6 +171,11 @@ class ContinuousDecoder:
             self._waiting.enqueue([(job, i) for i in range(len(items))])
             self._wake.notify()
         return job.wait(on_delta, cancelled, on_finished, self.cancel_check_s)
+
+    @property
+    def waiting(self) -> int:
+        """Rows waiting to join (none while the loop keeps up with its callers)."""
+        return len(self._waiting)
 
     def close(self) -> None:
         with self._wake:
@@ -358,7 +364,9 @@ class ContinuousDecoder:
         """Give the row its next token; it finishes on a stop, at max_tokens, or where the
         context ends (``length``)."""
         row = live.row
+        held = len(row.ids)
         self._advance(row, token, logprob)
+        self.tokens += len(row.ids) - held  # not an end-of-sequence token
         if row.finish is None and row.prompt_tokens + len(row.ids) >= self.context:
             row.end("length")
         live.token = row.ids[-1] if row.ids else self.pad_id

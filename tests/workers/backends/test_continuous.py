@@ -86,7 +86,7 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     alone = [static.generate([i], [p])[0] for i, p in zip(items, params, strict=True)]
     got: dict[int, list[Generated]] = {}
     decoder = _decoder(continuous)
-    steps_before, cpu_before = decoder.steps, decoder.cpu_s
+    steps_before, cpu_before, tokens_before = decoder.steps, decoder.cpu_s, decoder.tokens
 
     def call(k: int) -> None:  # six callers of five rows each, arriving while others decode
         got[k] = continuous.generate(items[k * 5 : k * 5 + 5], params[k * 5 : k * 5 + 5])
@@ -103,6 +103,9 @@ def test_rows_from_many_callers_get_what_static_batching_gives_them(
     # one loop for all: far fewer steps than the rows' tokens one caller at a time
     assert decoder.steps - steps_before < sum(g.completion_tokens for g in alone) / 2
     assert decoder.cpu_s > cpu_before  # the loop's thread counts what its steps cost
+    # every output token counted once (what a bench's tokens/s over a window reads)
+    assert decoder.tokens - tokens_before == sum(g.completion_tokens for g in together)
+    assert decoder.waiting == 0
 
 
 def test_rows_done_at_their_first_token_leave_and_the_rest_keep_their_cache_rows(
