@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from headrace import connections
+from headrace.config.connections import ConnectionSettings
+from headrace.config.faults import FaultSettings
+from headrace.config.serving import ServingSettings
 from headrace.config.settings import Settings
 from headrace.workers import tasks
 
@@ -38,34 +40,23 @@ def test_bad_values_are_refused() -> None:
         Settings(no_such_setting=1)  # type: ignore[call-arg]
 
 
-def test_secrets_are_masked_and_passed_to_kafka() -> None:
-    settings = Settings(
-        kafka_security_protocol="SASL_SSL",
-        kafka_sasl_mechanism="PLAIN",
-        kafka_sasl_username="svc",
-        kafka_sasl_password="s3cret",  # type: ignore[arg-type]
+def test_every_part_s_fields_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings are in parts by role (connections, serving, faults); each part's fields
+    are read from ``HEADRACE_*`` as any other."""
+    monkeypatch.setenv("HEADRACE_REDIS_URL", "redis://elsewhere:6379/1")  # connections
+    monkeypatch.setenv("HEADRACE_GENERATION_SLOTS", "8")  # serving
+    monkeypatch.setenv("HEADRACE_MAX_ATTEMPTS", "5")  # faults
+    monkeypatch.setenv("HEADRACE_CACHE_ENABLED", "true")  # the settings' own
+    settings = Settings()
+    assert settings.redis_url == "redis://elsewhere:6379/1"
+    assert (settings.generation_slots, settings.max_attempts, settings.cache_enabled) == (
+        8,
+        5,
+        True,
     )
-    assert "s3cret" not in repr(settings)
-    options = settings.kafka_options()
-    assert options["sasl_plain_password"] == "s3cret"
-    assert options["security_protocol"] == "SASL_SSL"
-
-
-def test_tls_files_and_redis_password_pass_through() -> None:
-    settings = Settings(
-        kafka_security_protocol="SSL",
-        kafka_ssl_cafile="/etc/ca.pem",  # type: ignore[arg-type]
-        kafka_ssl_password="keypass",  # type: ignore[arg-type]
-        redis_url="rediss://cache.internal:6380/2",
-        redis_password="p@ss/word",  # type: ignore[arg-type]
-    )
-    assert "keypass" not in repr(settings) and "p@ss" not in repr(settings)
-    options = settings.kafka_options()
-    assert options["ssl_cafile"] == "/etc/ca.pem" and options["ssl_password"] == "keypass"
-    assert "ssl_certfile" not in options
-    assert connections.broker_url(settings) == "rediss://:p%40ss%2Fword@cache.internal:6380/2"
-    client = connections.redis_client(settings)
-    assert client.connection_pool.connection_kwargs["password"] == "p@ss/word"
+    parts = set(ConnectionSettings.model_fields) | set(ServingSettings.model_fields)
+    parts |= set(FaultSettings.model_fields)
+    assert parts < set(Settings.model_fields)
 
 
 def test_celery_accepts_json_only() -> None:

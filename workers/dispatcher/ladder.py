@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from headrace.config.settings import DegradeRung, default
+from headrace.config.faults import DegradeRung
+from headrace.config.settings import default
 from headrace.schemas.errors import ErrorCode, ErrorInfo
 from headrace.schemas.messages import EmbeddingResult, GenerationResult, Request
 from headrace.schemas.results import Result, ScoreResult
