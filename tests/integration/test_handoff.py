@@ -80,10 +80,14 @@ def test_a_worker_frozen_then_killed_with_batches_in_its_inbox_loses_none() -> N
         runs_out = stopped + store.pttl(token) / 1000
         submissions: list[Submission] = []
         while store.exists(token) and time.monotonic() < runs_out - 0.2:
-            submissions.append(
-                client.submit(f"handed over, maybe to the frozen one {len(submissions)}")
-            )
-            time.sleep(0.05)
+            submission = client.submit(f"handed over, maybe to the frozen one {len(submissions)}")
+            submissions.append(submission)
+            # one at a time: the live worker answers each, so each batch finds an idle
+            # worker's token (the live one's or the frozen one's) and none goes by Celery's
+            # queue, which the frozen worker's pending fetch could take (that one would be
+            # sent again only at the end of its lease: a frozen Celery worker's limit)
+            while not submission.future.done() and store.exists(token):
+                time.sleep(0.005)
         # only an offer takes the token of a frozen worker before it runs out: a batch went
         # to it (Redis wrote it to the wait it had begun; it is never read)
         assert not store.exists(token) and time.monotonic() < runs_out, (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from headrace.workers.dispatcher import events as ev
-from tests.workers.dispatcher.rig import Rig, of
+from tests.workers.dispatcher.rig import Rig, ids, of
 
 
 def test_a_free_slot_sends_at_once_and_one_batch_per_worker_waits_ahead() -> None:
@@ -24,6 +24,22 @@ def test_a_free_slot_sends_at_once_and_one_batch_per_worker_waits_ahead() -> Non
     assert not sent[0].handoff  # it queues behind the batch in flight
     assert departures.openings(16, "online") == (False, False)
     assert len(rig.core.batchers[16, "online"]) == 2  # the rest waits in the fair queues
+
+
+def test_before_any_worker_is_seen_a_lone_batch_may_still_be_handed_over() -> None:
+    """A pipeline just started: the live set is read once a second, and until then a batch
+    sent while nothing else of the bucket is in flight is offered (an idle worker's token in
+    Redis decides); one sent beside it queues behind it, in order."""
+    rig = Rig(max_batch_tokens=16)  # no worker seen yet: batches leave at their time
+    rig.read(rig.request("r1", tokens=12), rig.request("r2", tokens=12))
+    first, second = of(ev.SendBatch, rig.tick(0.05))
+    assert (ids(first), first.handoff) == (["r1"], True)
+    assert (ids(second), second.handoff) == (["r2"], False)  # r1 in flight: not free
+    rig.complete(first)
+    rig.complete(second)
+    rig.read(rig.request("r3", tokens=12))
+    [third] = of(ev.SendBatch, rig.tick(0.05))
+    assert third.handoff  # nothing in flight: a free place again
 
 
 def test_the_next_due_batch_sets_how_long_the_shell_may_sleep() -> None:
