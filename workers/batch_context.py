@@ -32,6 +32,11 @@ class ReplySink(Protocol):
         """``headers``: the request's trace context (``traceparent``)."""
         ...
 
+    def push(self) -> None:
+        """The replies sent go to the broker now, without waiting for them (``flush``
+        waits)."""
+        ...
+
     def flush(self) -> Sequence[Delivered]:
         """Return once every reply sent is acknowledged by the broker (where each landed);
         raise if one failed."""
@@ -72,8 +77,9 @@ class BatchContext:
     # where an encoder's first attempt at a batch claims its requests while it computes them
     # (the claim's round trip off a lone request's path); None: claim, then compute
     claim_beside: Executor | None = None
-    # called once the broker has a batch's last replies, before the ledger hears of them:
-    # the worker is done with the model (the hand-off desk says it is idle then, so a
-    # requester's next request finds it so; before the flush, that Redis round trip delayed
-    # every reply: the flush is what sends them)
+    # called once a batch's last replies are on their way to the broker (pushed), while it
+    # acknowledges them and before the ledger hears of them: the worker is done with the
+    # model (the hand-off desk says it is idle then, so a requester answered by them finds
+    # it so; before the push, that Redis round trip delayed every reply, and after the
+    # acknowledgement a requester could read its reply and send the next request first)
     replies_sent: Callable[[], None] | None = None

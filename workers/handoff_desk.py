@@ -5,11 +5,12 @@ at the model with Celery's (``BatchContext.model_turn``).
 Celery's tasks say when they start (``task_started``, which takes the token away at once, so a
 dispatcher hands the worker nothing more while it computes; one handed over in that instant
 waits for the model, as a prefetched task would) and when they are done with the model (the
-end it returns). A batch is done once the broker has its last replies, before the ledger hears
-of them and the metrics count them (``BatchContext.replies_sent``): a requester
-answered then may send its next request at once, and it finds the worker idle, not busy
-with the bookkeeping of the batch before (lone requests one after another each went by
-Celery about one time in ten on a loaded machine).
+end it returns). A batch is done once its last replies are on their way to the broker, while
+it acknowledges them and before the ledger hears of them and the metrics count them
+(``BatchContext.replies_sent``): a requester answered then may send its next request at once,
+and it finds the worker idle, not busy with the bookkeeping of the batch before (lone
+requests one after another each went by Celery about one time in ten on a loaded machine,
+and one in ten still, under load, while the worker waited for the acknowledgement first).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Desk:
         prepare: Callable[[], object] = lambda: None,
     ) -> None:
         """``run``: compute a batch handed over (on the desk's thread; it answers its own
-        errors) and call the function it is given once the broker has the batch's replies (the
+        errors) and call the function it is given once the batch's replies are on their way (the
         worker is idle from then); ``give_back``: send one left in the inbox at the end by Celery;
         ``prepare``: called on the desk's thread before it first says it is idle (what the
         first batch handed over would otherwise wait for: its reply sink's connection)."""

@@ -91,9 +91,13 @@ class Delivery:
                 log.exception("batch %s: before-delivery hook failed", batch.batch_id)
         for item, reply in replies:
             ctx.sink.send(item.request.reply_to, reply, headers_of(item.traceparent))
-        landed = {d.key: d for d in ctx.sink.flush() if d.key is not None}  # the last per key
         if last and ctx.replies_sent is not None:
+            # the worker is idle once its last replies are on their way: said while the
+            # broker acknowledges them, so a requester answered by them finds it idle (said
+            # after the acknowledgement, a requester's next request could come first)
+            ctx.sink.push()
             ctx.replies_sent()
+        landed = {d.key: d for d in ctx.sink.flush() if d.key is not None}  # the last per key
         where = {
             (item.request.tenant, item.request.request_id): ReplyAt(d.topic, d.partition, d.offset)
             for item, _ in replies

@@ -35,6 +35,9 @@ class TopicReplySink:
         value = reply.model_dump_json().encode()
         self.out.send(topic, value, key=reply.request_id.encode(), headers=headers)
 
+    def push(self) -> None:
+        self.out.push()
+
     def flush(self) -> list[Delivered]:
         return self.out.flush()
 

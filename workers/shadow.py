@@ -28,6 +28,9 @@ class _Discard:
     def send(self, topic: str, reply: Reply | StreamDelta, headers: Headers = ()) -> None:
         pass
 
+    def push(self) -> None:
+        pass
+
     def flush(self) -> Sequence[Delivered]:
         return []
 

@@ -222,6 +222,10 @@ class Recorded(TopicReplySink):
         self.events.append("send")
         super().send(topic, reply, headers)
 
+    def push(self) -> None:
+        self.events.append("push")
+        super().push()
+
     def flush(self) -> list[Delivered]:
         self.events.append("flush")
         return super().flush()
@@ -230,9 +234,11 @@ class Recorded(TopicReplySink):
 def test_a_batch_says_its_replies_are_sent_before_the_ledger_marks_them(
     backend: EmbeddingBackend,
 ) -> None:
-    """``replies_sent`` (the hand-off desk's cue that the worker is idle) comes once, after
-    the broker's acknowledgement of the last reply (the flush sends them: a round trip
-    before it delays every reply) and before the ledger's mark."""
+    """``replies_sent`` (the hand-off desk's cue that the worker is idle) comes once, once
+    the last replies are pushed to the broker (sent now, not at the linger: a round trip
+    before that delayed every reply) and while the broker acknowledges them (after the
+    acknowledgement, a requester answered by them could send its next request first), before
+    the ledger's mark."""
     prefix = "t-sent"
     settings = Settings(topic_prefix=prefix)
     _, transport = memory_sink(settings)
@@ -253,7 +259,7 @@ def test_a_batch_says_its_replies_are_sent_before_the_ledger_marks_them(
         replies_sent=sent,
     )
     completion = run_batch(batch, ctx)
-    assert events == ["send", "send", "send", "flush", "sent:busy"]
+    assert events == ["send", "send", "send", "push", "sent:busy", "flush"]
     assert len(completion.done) == 3
 
 

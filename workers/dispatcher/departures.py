@@ -117,10 +117,13 @@ class Departures:
         """A batch sent now goes into a free place (it may be handed straight to an idle
         worker; else it queues behind what Celery holds). Before the bucket's workers are
         seen (the live set is read once a second: a pipeline just started), a place is free
-        while nothing of this dispatcher's is in flight there: an offer finds an idle
+        while every batch of this dispatcher's in flight there has a worker (handed over, or
+        seen started), so none waits in Celery's queue to be passed: an offer finds an idle
         worker's token or none, so nothing is handed to a worker that is not idle."""
-        in_flight, capacity = self.flights.in_flight_count(bucket), self.capacity(bucket)
-        return in_flight < capacity or (capacity == 0 and in_flight == 0)
+        capacity = self.capacity(bucket)
+        if capacity:
+            return self.flights.in_flight_count(bucket) < capacity
+        return self.flights.unstarted(bucket) == 0
 
     def seconds_until_due(self) -> float | None:
         """Until the next batch is due to be formed (None: nothing waits for a time)."""

@@ -185,6 +185,15 @@ class Flights:
             return counted[bucket, lane]
         return counted[bucket, "online"] + counted[bucket, "bulk"]
 
+    def unstarted(self, bucket: int) -> int:
+        """Batches of ``bucket`` in flight under its limit with no worker known to run them
+        (maybe still in Celery's queue)."""
+        return sum(
+            1
+            for f in self._in_flight.values()
+            if f.bucket == bucket and f.counted and f.runner is None
+        )
+
     def unanswered_rows(self, bucket: int, lane: Lane) -> int:
         """Requests of ``bucket``'s ``lane`` in batches ready or out, not yet answered."""
         ready = sum(len(batch) for batch in self._ready[bucket, lane])

@@ -167,6 +167,11 @@ class Writer(Protocol):
         self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
     ) -> None: ...
 
+    def push(self) -> None:
+        """What was sent goes to the broker now (not after a linger), without waiting for
+        it: a caller with something to do before its ``flush`` waits does it meanwhile."""
+        ...
+
     def flush(self) -> list[Delivered]:
         """Return once every record sent since the last flush is acknowledged; raise
         DeliveryError for those that were not within the delivery timeout (they stay

@@ -255,6 +255,9 @@ class MemoryWriter:
     ) -> None:
         self._pending.append((topic, key, value, headers))
 
+    def push(self) -> None:
+        """Nothing lingers here: ``flush`` appends."""
+
     def flush(self) -> list[Delivered]:
         if self.broker.refuse_writes and self._pending:
             raise DeliveryError(f"{len(self._pending)} records not delivered: writes refused")

@@ -281,3 +281,39 @@ def test_a_group_consumer_asks_its_io_thread_for_the_coordinator_only_when_it_is
     finally:
         consumer.close()
         producer.close()
+
+
+def landed_within(settings: Settings, topic: str, value: bytes, seconds: float) -> bool:
+    """Whether ``value`` is in ``topic`` (read back from the broker) within ``seconds``."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        if any(r.value == value for r in open_transport(settings).scan(topic)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_push_sends_at_once_and_the_next_send_lingers_again(stack: LocalStack) -> None:
+    """``push`` (a worker's replies on their way while it says it is idle) sends what was
+    sent now, not at the producer's linger; once ``flush`` returns, a record sent without a
+    push waits for the linger again (the flag the push raised is lowered)."""
+    settings = Settings(topic_prefix=f"t-push-{uuid.uuid4().hex[:8]}")
+    topic = f"{settings.topic_prefix}.replies"
+    kafka_clients.ensure_topics(settings, [topic], partitions=1)
+    writer = ReliableProducer(
+        lambda **more: kafka_clients.producer(settings, linger_ms=5000, **more), timeout_s=20
+    )
+    try:
+        writer.track([topic])
+        writer.send(topic, b"warm")
+        writer.flush()
+        writer.send(topic, b"pushed")
+        writer.push()
+        assert landed_within(settings, topic, b"pushed", 2.5), "it waited for the linger"
+        writer.flush()
+        writer.send(topic, b"lingers")
+        assert not landed_within(settings, topic, b"lingers", 1.5), "the push's flag stayed up"
+        writer.flush()  # sends it now
+        assert landed_within(settings, topic, b"lingers", 2.5)
+    finally:
+        writer.close()

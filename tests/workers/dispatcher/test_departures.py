@@ -28,18 +28,22 @@ def test_a_free_slot_sends_at_once_and_one_batch_per_worker_waits_ahead() -> Non
 
 def test_before_any_worker_is_seen_a_lone_batch_may_still_be_handed_over() -> None:
     """A pipeline just started: the live set is read once a second, and until then a batch
-    sent while nothing else of the bucket is in flight is offered (an idle worker's token in
-    Redis decides); one sent beside it queues behind it, in order."""
+    is offered (an idle worker's token in Redis decides) while every batch in flight has a
+    worker; one sent beside a batch that may still wait in Celery's queue queues behind it."""
     rig = Rig(max_batch_tokens=16)  # no worker seen yet: batches leave at their time
     rig.read(rig.request("r1", tokens=12), rig.request("r2", tokens=12))
     first, second = of(ev.SendBatch, rig.tick(0.05))
     assert (ids(first), first.handoff) == (["r1"], True)
-    assert (ids(second), second.handoff) == (["r2"], False)  # r1 in flight: not free
-    rig.complete(first)
-    rig.complete(second)
+    assert (ids(second), second.handoff) == (["r2"], False)  # r1 has no worker yet
+    rig.handle(ev.HandedOff(first.batch.batch_id, "w1"))  # the offer took w1's token
     rig.read(rig.request("r3", tokens=12))
     [third] = of(ev.SendBatch, rig.tick(0.05))
-    assert third.handoff  # nothing in flight: a free place again
+    assert not third.handoff  # r2 went by Celery and may wait there: r3 queues behind it
+    rig.complete(second)
+    rig.complete(third)
+    rig.read(rig.request("r4", tokens=12))
+    [fourth] = of(ev.SendBatch, rig.tick(0.05))
+    assert fourth.handoff  # r1 in flight, on w1: nothing to pass in the queue
 
 
 def test_the_next_due_batch_sets_how_long_the_shell_may_sleep() -> None:

@@ -81,6 +81,7 @@ class ReliableProducer:
         self._good: dict[tuple[str, int], int] = {}  # highest acknowledged offset seen
         self._tracked: dict[str, None] = {}  # track()'s topics, told a fresh producer too
         self.replaced = 0
+        self._pushed_on: KafkaProducer | None = None  # the producer ``push`` raised a flag on
         self.uncertain = 0  # acknowledgements without an offset, checked by reading back
 
     def track(self, topics: Iterable[str]) -> None:
@@ -104,10 +105,25 @@ class ReliableProducer:
         if len(self._sent) >= PRUNE_AT:  # callers that rarely flush: forget the delivered
             self._sent = [s for s in self._sent if not _surely_stored(s)]
 
+    def push(self) -> None:
+        """What was sent goes out now, not at the linger (``fixes.push``); the next
+        ``flush`` waits for it."""
+        if self._pushed_on is None and self._sent:
+            fixes.push(self.producer)
+            self._pushed_on = self.producer
+
     def flush(self) -> list[Delivered]:
         """Where each record sent since the last flush landed. Records still unanswered at
         the timeout stay pending (never sent twice from here) and DeliveryError says so;
         records the broker refused are sent again on a fresh producer until then."""
+        try:
+            return self._flush()
+        finally:
+            if self._pushed_on is not None:
+                fixes.pushed(self._pushed_on)
+                self._pushed_on = None
+
+    def _flush(self) -> list[Delivered]:
         deadline = time.monotonic() + self.timeout_s
         attempt = 0
         delivered: list[Delivered] = []

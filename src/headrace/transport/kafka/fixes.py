@@ -117,6 +117,20 @@ def _legal(topic: str) -> bool:
     return True
 
 
+def push(producer: KafkaProducer) -> None:
+    """What was sent goes out now, as ``flush`` makes it, without waiting for it: the
+    accumulator's flush flag is raised (its batches count as ready whatever their linger) and
+    the sender thread woken. The flag stays up until ``pushed`` lowers it, after the caller's
+    own ``flush`` (which raises and lowers its own)."""
+    producer._accumulator.begin_flush()
+    producer._sender.wakeup()
+
+
+def pushed(producer: KafkaProducer) -> None:
+    """Lower the flag ``push`` raised."""
+    producer._accumulator._flushes_in_progress.decrement()
+
+
 DROPPED_TOPIC_TRIES = 3
 
 
