@@ -50,9 +50,12 @@ class BulkShare:
         if not self.flights.ready_count(bucket, "bulk"):
             self._moved.pop(bucket, None)
 
-    def lanes_of(self, bucket: int, live: Mapping[int, frozenset[str]]) -> BucketLanes:
-        """The bucket's state for the lane policy. A bucket's bulk lane waits from when it
-        had a batch ready and none went out, or from its last bulk batch sent."""
+    def lanes_of(
+        self, bucket: int, live: Mapping[int, frozenset[str]], max_inflight: int
+    ) -> BucketLanes:
+        """The bucket's state for the lane policy (``max_inflight``: the batches it may have
+        out). A bucket's bulk lane waits from when it had a batch ready and none went out,
+        or from its last bulk batch sent."""
         waiting = self.flights.ready_count(bucket, "bulk") > 0
         if waiting:
             self._moved.setdefault(bucket, self.clock())
@@ -61,13 +64,13 @@ class BulkShare:
             bulk_ready=waiting,
             in_flight=self.flights.in_flight_count(bucket),
             bulk_on_its_workers=self._sharing(bucket, live),
-            max_inflight=self.config.max_inflight_batches_per_bucket,
+            max_inflight=max_inflight,
             live_workers=len(live.get(bucket, ())),
             bulk_waited_s=self.clock() - self._moved[bucket] if waiting else None,
             online_quiet_s=self._online_quiet(bucket, live),
         )
 
-    def _sharers(self, bucket: int, live: Mapping[int, frozenset[str]]) -> list[int]:
+    def sharers(self, bucket: int, live: Mapping[int, frozenset[str]]) -> list[int]:
         """``bucket`` and the buckets that share a live worker with it (kept until the core
         sees another live set)."""
         if live is not self._live_seen:
@@ -84,11 +87,11 @@ class BulkShare:
 
     def _sharing(self, bucket: int, live: Mapping[int, frozenset[str]]) -> int:
         """Bulk batches in flight of the buckets that share a live worker with ``bucket``."""
-        return sum(self.flights.in_flight_count(b, "bulk") for b in self._sharers(bucket, live))
+        return sum(self.flights.in_flight_count(b, "bulk") for b in self.sharers(bucket, live))
 
     def _online_quiet(self, bucket: int, live: Mapping[int, frozenset[str]]) -> float | None:
         """Seconds since online work last waited or ran on ``bucket``'s workers (None: not
         since this dispatcher started)."""
         now = self.clock()
-        seen = [self._online_busy[b] for b in self._sharers(bucket, live) if b in self._online_busy]
+        seen = [self._online_busy[b] for b in self.sharers(bucket, live) if b in self._online_busy]
         return now - max(seen) if seen else None

@@ -40,7 +40,7 @@ class CoreConfig:
     max_batch_tokens: int = default("max_batch_tokens")
     bulk_max_batch_tokens: int = default("bulk_max_batch_tokens")
     max_wait_ms: float = default("max_wait_ms")
-    max_inflight_batches_per_bucket: int = default("max_inflight_batches_per_bucket")
+    max_inflight_batches_per_bucket: int | None = default("max_inflight_batches_per_bucket")
     lease_base_s: float = default("lease_base_s")
     lease_s_per_1k_tokens: float = default("lease_s_per_1k_tokens")
     commit_interval_ms: float = default("commit_interval_ms")

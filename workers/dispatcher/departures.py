@@ -20,6 +20,7 @@ from headrace.workers.dispatcher.outgoing import Outgoing
 from headrace.workers.dispatcher.refusals import Refusals
 
 QUANTA_PER_BATCH = 16  # a tenant's turn, by default: this share of a batch's budget
+UNSEEN_CAP = 8  # batches a bucket may have out before any of its workers is seen
 
 
 def fair_batcher(
@@ -134,17 +135,43 @@ class Departures:
         ]
         return min(waits) if waits else None
 
-    def openings(self, bucket: int, lane: Lane) -> tuple[bool, bool]:
-        """(the bucket has a free slot, the lane has room for one more batch ahead)."""
-        busy = self.flights.in_flight_count(bucket) + self.flights.ready_count(bucket)
-        capacity = self.capacity(bucket)
+    def _places(self, bucket: int) -> int:
+        """The batches ``bucket``'s live workers can run for it now: their places, less
+        those the other buckets they serve hold (a worker's places are shared by its
+        buckets: a continuous-batching worker serving every bucket has 64, not 64 each)."""
+        live = self.live()
+        sharers = self.bulk_share.sharers(bucket, live)
+        beside = self.flights.in_flight_beside(bucket, sharers) if len(sharers) > 1 else 0
+        return self.capacity(bucket) - beside
+
+    def _ahead(self, bucket: int) -> int:
+        """Batches of ``bucket`` formed, out or ready, to keep its live workers busy: the
+        places they have for it and one waiting for each (none seen yet, starting or Redis
+        away: ``max_inflight_batches_per_bucket``, or ``UNSEEN_CAP``)."""
         workers = len(self.live().get(bucket, ()))
-        # one waiting per live worker; none seen yet (starting, or Redis away): the limit
-        ahead = capacity + workers if workers else self.config.max_inflight_batches_per_bucket
+        if workers:
+            return self._places(bucket) + workers
+        return self.config.max_inflight_batches_per_bucket or UNSEEN_CAP
+
+    def cap(self, bucket: int) -> int:
+        """The batches ``bucket`` may have out: as many as its workers keep busy with
+        (``_ahead``), at most ``max_inflight_batches_per_bucket`` where it is set. (A fixed
+        8 by default held a bucket of ten workers to eight batches, and a continuous-batching
+        worker's 64 places to eight batches a bucket.)"""
+        most = self.config.max_inflight_batches_per_bucket
+        ahead = self._ahead(bucket)
+        return ahead if most is None else min(most, ahead)
+
+    def openings(self, bucket: int, lane: Lane) -> tuple[bool, bool]:
+        """(the bucket has a free slot, the lane has room for one more batch ahead). A slot
+        is free only under the bucket's ``cap`` too: a batch formed at once past it could
+        not leave, and what waits is better batched with what comes."""
+        busy = self.flights.in_flight_count(bucket) + self.flights.ready_count(bucket)
+        free = min(self._places(bucket), self.cap(bucket))
         lane_out = self.flights.ready_count(bucket, lane) + self.flights.in_flight_count(
             bucket, lane
         )
-        return busy < capacity, busy < ahead or not lane_out
+        return busy < free, busy < self._ahead(bucket) or not lane_out
 
     def set_paused(self, bucket: int, lane: Lane, pause: bool, out: list[ev.Action]) -> None:
         if pause == ((bucket, lane) in self.paused):
@@ -161,7 +188,9 @@ class Departures:
         pass: two thirds of the core's time for a lone request)."""
         if not self.flights.ready_count(bucket):
             return None
-        return next_lane(self.bulk_share.lanes_of(bucket, self.live()), self.config.lanes)
+        return next_lane(
+            self.bulk_share.lanes_of(bucket, self.live(), self.cap(bucket)), self.config.lanes
+        )
 
     def _form(self, bucket: int, lane: Lane) -> None:
         """Batches of what waits in the lane's fair queues, formed as late as they can be:

@@ -86,6 +86,7 @@ class Flights:
         }
         self._in_flight: dict[str, InFlight] = {}
         self._counted: Counter[tuple[int, Lane]] = Counter()
+        self._counted_total = 0  # the sum of _counted: every bucket's places taken
         self.counts_changed = 0  # moves with each change of ``counts()``
         self.on_finish: Callable[[RefKey], None] | None = None  # each record answered
 
@@ -149,6 +150,7 @@ class Flights:
     def send_out(self, batch_id: str, flight: InFlight) -> None:
         self._in_flight[batch_id] = flight
         self._counted[flight.bucket, flight.lane] += 1
+        self._counted_total += 1
         self.counts_changed += 1
 
     def get(self, batch_id: str) -> InFlight | None:
@@ -170,6 +172,7 @@ class Flights:
         if flight.counted:
             flight.counted = False
             self._counted[flight.bucket, flight.lane] -= 1
+            self._counted_total -= 1
             self.counts_changed += 1
 
     def in_flight(self) -> dict[str, InFlight]:
@@ -184,6 +187,12 @@ class Flights:
         if lane is not None:
             return counted[bucket, lane]
         return counted[bucket, "online"] + counted[bucket, "bulk"]
+
+    def in_flight_beside(self, bucket: int, buckets: list[int]) -> int:
+        """Batches in flight (under their limits) of ``buckets`` other than ``bucket``."""
+        if len(buckets) == len(self.buckets):  # every bucket: what all hold, less its own
+            return self._counted_total - self.in_flight_count(bucket)
+        return sum(self.in_flight_count(b) for b in buckets if b != bucket)
 
     def unstarted(self, bucket: int) -> int:
         """Batches of ``bucket`` in flight under its limit with no worker known to run them

@@ -81,7 +81,9 @@ class ServingSettings(BaseModel):
     pack_batches: bool = True
     batch_overhead_tokens: int = Field(default=32, ge=0)
     pack_window: int = Field(default=2, ge=1)
-    max_inflight_batches_per_bucket: int = Field(default=8, ge=1)
+    # Batches a bucket may have out at once: None, what its live workers take at once plus
+    # one waiting for each (8 before any worker is seen); a number caps that
+    max_inflight_batches_per_bucket: int | None = Field(default=None, ge=1)
     # Fair share: inside each bucket and lane, requests wait in one queue per tenant and
     # batches are filled round the tenants, fair_quantum_tokens x the tenant's weight a turn
     # (none: a 16th of the lane's batch budget, so a turn is a small part of a batch)

@@ -350,8 +350,10 @@ def _gone(pid: int, within_s: float) -> bool:
     ``within_s``; whether it is gone."""
     deadline = time.monotonic() + within_s
     while True:
-        _reap(pid)
         if not _running(pid):
+            # reaped after the look: reaped before it, a child that turned zombie between
+            # the two stayed one (a CI run found its /proc entry after _terminate returned)
+            _reap(pid)
             return True
         if time.monotonic() >= deadline:
             return False

@@ -67,3 +67,50 @@ def test_a_lane_is_paused_and_resumed_once_each() -> None:
         ev.SetPaused("t.requests.b16.bulk", False),
     ]
     assert departures.paused == set()
+
+
+def test_a_bucket_sends_as_many_batches_as_its_live_workers_take() -> None:
+    """Ten workers of one slot on a bucket: ten batches run at once, one more waits for each
+    (the default cap follows the live workers; a fixed 8 left two of them idle)."""
+    rig = Rig(max_batch_tokens=16, max_inflight_batches_per_bucket=None)
+    workers = {f"w{i}" for i in range(10)}
+    rig.workers({16: workers, 32: set()})
+    rig.read(*(rig.request(f"r{i}", tokens=12) for i in range(30)))
+    sent = of(ev.SendBatch, rig.tick(0.05))
+    assert len(sent) == 20  # ten run, ten wait, one for each worker
+    assert sum(s.handoff for s in sent) == 10  # the first ten into free places
+    assert len(rig.core.batchers[16, "online"]) == 10  # the rest waits in the fair queues
+
+
+def test_a_set_cap_holds_a_bucket_back_and_forms_no_batch_past_it() -> None:
+    """``max_inflight_batches_per_bucket`` set: no more batches out than it says, and what
+    waits stays in the fair queues (to be batched with what comes), not cut into batches
+    that cannot leave."""
+    rig = Rig(max_batch_tokens=64, max_inflight_batches_per_bucket=2)
+    rig.workers({16: {"w1"}, 32: set()})
+    rig.core.slots = {"w1": 64}  # a continuous-batching worker: many places
+    for i in range(6):  # one by one, each alone in its poll
+        rig.read(rig.request(f"r{i}", tokens=12))
+        rig.tick()
+    sent = of(ev.SendBatch, rig.actions)
+    assert [ids(s) for s in sent] == [["r0"], ["r1"]]
+    assert rig.core.flights.ready_count(16) == 0  # nothing formed behind the cap
+    rig.complete(sent[0])
+    [third] = of(ev.SendBatch, rig.tick())
+    assert ids(third) == ["r2", "r3", "r4", "r5"]  # what waited, in one batch
+
+
+def test_the_buckets_a_worker_serves_share_its_places() -> None:
+    """One worker of 4 places serving both buckets: what one bucket holds of them the other
+    cannot send into (each counting all 4 as its own had 10 out for 4 places)."""
+    rig = Rig(max_batch_tokens=16, max_inflight_batches_per_bucket=None)
+    rig.workers({16: {"w1"}, 32: {"w1"}})
+    rig.core.slots = {"w1": 4}
+    rig.read(*(rig.request(f"a{i}", tokens=12) for i in range(6)))
+    assert len(of(ev.SendBatch, rig.tick(0.05))) == 5  # 4 places and one waiting
+    rig.read(*(rig.request(f"b{i}", bucket=32, tokens=12) for i in range(2)))
+    assert not of(ev.SendBatch, rig.tick(0.05))  # the worker's places are all taken
+    first = next(s for s in of(ev.SendBatch, rig.actions) if s.batch.bucket == 16)
+    rig.complete(first)
+    [next_out] = of(ev.SendBatch, rig.tick())
+    assert next_out.batch.bucket == 32  # a place came free: the bucket that waited
