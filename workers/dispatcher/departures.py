@@ -135,43 +135,42 @@ class Departures:
         ]
         return min(waits) if waits else None
 
-    def _places(self, bucket: int) -> int:
-        """The batches ``bucket``'s live workers can run for it now: their places, less
-        those the other buckets they serve hold (a worker's places are shared by its
-        buckets: a continuous-batching worker serving every bucket has 64, not 64 each)."""
+    def _limits(self, bucket: int) -> tuple[int, int, int]:
+        """For ``bucket``: (places, ahead, cap). ``places``: the batches its live workers can
+        run for it now, their places less those the other buckets they serve hold (a
+        worker's places are shared by its buckets: a continuous-batching worker serving
+        every bucket has 64, not 64 each). ``ahead``: batches formed, out or ready, to keep
+        them busy, the places and one waiting for each worker (none seen yet, starting or
+        Redis away: ``max_inflight_batches_per_bucket``, or ``UNSEEN_CAP``). ``cap``: the
+        batches it may have out, ``ahead`` but at most ``max_inflight_batches_per_bucket``
+        where it is set. (A fixed 8 by default held a bucket of ten workers to eight
+        batches, and a continuous-batching worker's 64 places to eight batches a bucket.)"""
+        most = self.config.max_inflight_batches_per_bucket
         live = self.live()
-        sharers = self.bulk_share.sharers(bucket, live)
-        beside = self.flights.in_flight_beside(bucket, sharers) if len(sharers) > 1 else 0
-        return self.capacity(bucket) - beside
-
-    def _ahead(self, bucket: int) -> int:
-        """Batches of ``bucket`` formed, out or ready, to keep its live workers busy: the
-        places they have for it and one waiting for each (none seen yet, starting or Redis
-        away: ``max_inflight_batches_per_bucket``, or ``UNSEEN_CAP``)."""
-        workers = len(self.live().get(bucket, ()))
+        workers = len(live.get(bucket, ()))
         if workers:
-            return self._places(bucket) + workers
-        return self.config.max_inflight_batches_per_bucket or UNSEEN_CAP
+            sharers = self.bulk_share.sharers(bucket, live)
+            beside = self.flights.in_flight_beside(bucket, sharers) if len(sharers) > 1 else 0
+            places = self.capacity(bucket) - beside
+            ahead = places + workers
+        else:
+            places, ahead = 0, most or UNSEEN_CAP
+        return places, ahead, ahead if most is None else min(most, ahead)
 
     def cap(self, bucket: int) -> int:
-        """The batches ``bucket`` may have out: as many as its workers keep busy with
-        (``_ahead``), at most ``max_inflight_batches_per_bucket`` where it is set. (A fixed
-        8 by default held a bucket of ten workers to eight batches, and a continuous-batching
-        worker's 64 places to eight batches a bucket.)"""
-        most = self.config.max_inflight_batches_per_bucket
-        ahead = self._ahead(bucket)
-        return ahead if most is None else min(most, ahead)
+        """The batches ``bucket`` may have out (``_limits``)."""
+        return self._limits(bucket)[2]
 
     def openings(self, bucket: int, lane: Lane) -> tuple[bool, bool]:
         """(the bucket has a free slot, the lane has room for one more batch ahead). A slot
         is free only under the bucket's ``cap`` too: a batch formed at once past it could
         not leave, and what waits is better batched with what comes."""
+        places, ahead, cap = self._limits(bucket)
         busy = self.flights.in_flight_count(bucket) + self.flights.ready_count(bucket)
-        free = min(self._places(bucket), self.cap(bucket))
         lane_out = self.flights.ready_count(bucket, lane) + self.flights.in_flight_count(
             bucket, lane
         )
-        return busy < free, busy < self._ahead(bucket) or not lane_out
+        return busy < min(places, cap), busy < ahead or not lane_out
 
     def set_paused(self, bucket: int, lane: Lane, pause: bool, out: list[ev.Action]) -> None:
         if pause == ((bucket, lane) in self.paused):
