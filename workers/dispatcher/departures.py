@@ -120,10 +120,10 @@ class Departures:
         seen (the live set is read once a second: a pipeline just started), a place is free
         while every batch of this dispatcher's in flight there has a worker (handed over, or
         seen started), so none waits in Celery's queue to be passed: an offer finds an idle
-        worker's token or none, so nothing is handed to a worker that is not idle."""
-        capacity = self.capacity(bucket)
-        if capacity:
-            return self.flights.in_flight_count(bucket) < capacity
+        worker's token or none, so nothing is handed to a worker that is not idle. A
+        worker's places are shared by its buckets (``_limits``)."""
+        if self.capacity(bucket):
+            return self.flights.in_flight_count(bucket) < self._limits(bucket)[0]
         return self.flights.unstarted(bucket) == 0
 
     def seconds_until_due(self) -> float | None:

@@ -107,10 +107,11 @@ def test_the_buckets_a_worker_serves_share_its_places() -> None:
     rig.workers({16: {"w1"}, 32: {"w1"}})
     rig.core.slots = {"w1": 4}
     rig.read(*(rig.request(f"a{i}", tokens=12) for i in range(6)))
-    assert len(of(ev.SendBatch, rig.tick(0.05))) == 5  # 4 places and one waiting
+    sent = of(ev.SendBatch, rig.tick(0.05))
+    assert [s.handoff for s in sent] == [True] * 4 + [False]  # 4 places and one waiting
     rig.read(*(rig.request(f"b{i}", bucket=32, tokens=12) for i in range(2)))
     assert not of(ev.SendBatch, rig.tick(0.05))  # the worker's places are all taken
-    first = next(s for s in of(ev.SendBatch, rig.actions) if s.batch.bucket == 16)
-    rig.complete(first)
+    rig.complete(sent[0])
     [next_out] = of(ev.SendBatch, rig.tick())
     assert next_out.batch.bucket == 32  # a place came free: the bucket that waited
+    assert not next_out.handoff  # bucket 16's waiting batch takes the worker's free place
