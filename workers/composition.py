@@ -154,7 +154,13 @@ def slots_for(settings: Settings, loaded: Loaded, ctx: BatchContext) -> Slots:
         # model; a continuous decoder's one loop takes every thread's rows itself
         ctx = replace(ctx, model_turn=threading.Lock())
     root = ctx
-    threads = per_thread(root, lambda: TopicReplySink(open_transport(settings), settings))
+    sink = ctx.sink
+    threads = per_thread(
+        root,
+        sink.sibling
+        if isinstance(sink, TopicReplySink)
+        else lambda: TopicReplySink(open_transport(settings), settings),
+    )
     if count == 1:
         return Slots(1, root, lambda: root, threads)
     return Slots(count, root, threads, threads)
@@ -199,7 +205,8 @@ def bulk_runner(nice: int) -> ThreadPoolExecutor | None:
 
 def per_thread(ctx: BatchContext, new_sink: Callable[[], ReplySink]) -> Callable[[], BatchContext]:
     """With several batches at once (continuous batching), each batch thread gets the context
-    with a reply sink of its own: a sink's ``flush`` waits for what was sent through it."""
+    with a reply sink of its own: a sink's ``flush`` says where its own replies landed (the
+    sinks share one connection to the broker: ``TopicReplySink.sibling``)."""
     local = threading.local()
 
     def here() -> BatchContext:

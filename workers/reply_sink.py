@@ -20,11 +20,22 @@ class TopicReplySink:
     reply_delivery_timeout_s, so a broker or storage outage delays replies instead of
     dropping them."""
 
-    def __init__(self, transport: Transport, settings: Settings) -> None:
+    def __init__(self, transport: Transport, settings: Settings, *, shared: bool = True) -> None:
+        """``shared``: one connection to the broker for every shared sink of ``transport``
+        (each still flushes only its own replies); a worker's batch threads each have a
+        sink (see ``sibling``)."""
         self.transport = transport
-        self.out = transport.writer(settings.reply_delivery_timeout_s, idempotent=True)
+        self.settings = settings
+        self.out = transport.writer(
+            settings.reply_delivery_timeout_s, idempotent=True, shared=shared
+        )
         self._checker: Reader | None = None  # reads replies back (``missing``)
         self._confirmed: FIFOCache[tuple[ReplyAt, str], None] = FIFOCache(maxsize=100_000)
+
+    def sibling(self) -> TopicReplySink:
+        """A sink of its own for another thread, on this one's transport (and connection,
+        when shared)."""
+        return TopicReplySink(self.transport, self.settings)
 
     def track(self, topics: Iterable[str]) -> None:
         self.out.track(topics)

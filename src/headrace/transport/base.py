@@ -197,7 +197,13 @@ class Transport(Protocol):
         that watches for stalled fetches skips those."""
         ...
 
-    def writer(self, delivery_timeout_s: float, *, idempotent: bool = False) -> Writer: ...
+    def writer(
+        self, delivery_timeout_s: float, *, idempotent: bool = False, shared: bool = False
+    ) -> Writer:
+        """``shared``: the writers of this transport asked for with ``shared`` (and the
+        same ``idempotent``) share one connection to the broker, each still sending and
+        flushing its own records: one a process, not one a thread."""
+        ...
 
     def ensure_topics(self, names: Sequence[str], partitions: int | None = None) -> None:
         """Create those of ``names`` that do not exist yet."""

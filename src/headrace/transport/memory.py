@@ -287,7 +287,9 @@ class MemoryTransport:
     ) -> MemoryReader:
         return MemoryReader(self.broker, group_id, reset, max_poll_records)
 
-    def writer(self, delivery_timeout_s: float, *, idempotent: bool = False) -> MemoryWriter:
+    def writer(
+        self, delivery_timeout_s: float, *, idempotent: bool = False, shared: bool = False
+    ) -> MemoryWriter:
         return MemoryWriter(self.broker)
 
     def list_topics(self) -> set[str]:

@@ -11,22 +11,19 @@ import collections
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from kafka.errors import KafkaTimeoutError
-from kafka.structs import TopicPartition
 
 from headrace.config.settings import Settings
 from headrace.ops.localstack import LocalStack
 from headrace.transport import open_transport
-from headrace.transport.base import Record
 from headrace.transport.kafka import clients as kafka_clients
 from headrace.transport.kafka import delivery
 from tests.conftest import DURABLE_BROKER
 from tests.integration.topics import read_topic
+from tests.transport.kafka.fake_producer import FakeProducer, reading
 
 # xdist_group: the durable broker has one port; its modules share a worker (tests/parallel.py)
 pytestmark = [
@@ -84,64 +81,16 @@ def test_flushed_records_survive_broker_restarts_exactly_once(
     assert len(flushed) > RESTARTS * FLUSH_EVERY
 
 
-class _Future:
-    def __init__(self, topic: str, offset: int | None) -> None:
-        self._produce_future = SimpleNamespace(topic_partition=TopicPartition(topic, 0))
-        self.is_done = offset is not None
-        self.value = SimpleNamespace(topic=topic, partition=0, offset=offset)
-        self.exception = None
-
-    def succeeded(self) -> bool:
-        return self.is_done
-
-    def failed(self) -> bool:
-        return False
-
-
-class _Producer:
-    """What ReliableProducer and its diagnostics see of kafka-python's producer: ``stuck``
-    answers nothing and its leader never connects; otherwise each record lands at the next
-    offset."""
-
-    def __init__(self, stuck: bool, log: list[tuple[bytes | None, bytes]]) -> None:
-        self.stuck, self.log, self.sent, self.closed = stuck, log, 0, False
-        client = SimpleNamespace(
-            is_ready=lambda node: not stuck, in_flight_request_count=lambda n: 0
-        )
-        self._sender = SimpleNamespace(_client=client)
-        self._metadata = SimpleNamespace(leader_for_partition=lambda tp: 7)
-        self._accumulator = SimpleNamespace(_batches={}, muted=set())
-
-    def send(self, topic: str, key: bytes | None, value: bytes, headers: Any) -> _Future:
-        self.sent += 1
-        if self.stuck:
-            return _Future(topic, None)
-        self.log.append((key, value))
-        return _Future(topic, len(self.log) - 1)
-
-    def flush(self, timeout: float) -> None:
-        if self.stuck:
-            time.sleep(timeout)
-            raise KafkaTimeoutError("stuck")
-
-    def close(self, timeout: float | None = None) -> None:
-        self.closed = True
-
-
 def test_records_stuck_on_a_producer_are_read_back_and_only_the_missing_sent_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(delivery, "STALL_S", 0.5)
     monkeypatch.setattr(delivery, "SLICE_S", 0.1)
     log: list[tuple[bytes | None, bytes]] = []
-    producers = [_Producer(stuck=True, log=log), _Producer(stuck=False, log=log)]
+    producers = [FakeProducer(stuck=True, log=log), FakeProducer(stuck=False, log=log)]
     made = iter(producers)
 
-    def readback(topic: str, partition: int, offset: int | None) -> Iterator[Record]:
-        for at, (key, value) in enumerate(log):
-            if offset is None or at >= offset:
-                yield Record(topic, partition, at, key, value)
-
+    readback = reading(log)
     writer = delivery.ReliableProducer(lambda **_: next(made), timeout_s=5, readback=readback)
     for i in range(4):
         writer.send("t", f"r-{i}".encode(), key=f"r-{i}".encode())
@@ -170,19 +119,15 @@ def test_a_replacement_waits_briefly_for_the_broker_and_is_tried_again_next_roun
     monkeypatch.setattr(delivery, "SLICE_S", 0.05)
     log: list[tuple[bytes | None, bytes]] = []
     calls: list[tuple[float, dict[str, Any]]] = []
-    producers = iter([_Producer(stuck=True, log=log), _Producer(stuck=False, log=log)])
+    producers = iter([FakeProducer(stuck=True, log=log), FakeProducer(stuck=False, log=log)])
 
-    def factory(**options: Any) -> _Producer:
+    def factory(**options: Any) -> FakeProducer:
         calls.append((time.monotonic(), options))
         if len(calls) == 2:  # the first replacement: the broker is not back yet
             raise KafkaTimeoutError("Unable to bootstrap")
         return next(producers)
 
-    def readback(topic: str, partition: int, offset: int | None) -> Iterator[Record]:
-        for at, (key, value) in enumerate(log):
-            if offset is None or at >= offset:
-                yield Record(topic, partition, at, key, value)
-
+    readback = reading(log)
     writer = delivery.ReliableProducer(factory, timeout_s=10, readback=readback)
     writer.send("t", b"r-0", key=b"r-0")
 

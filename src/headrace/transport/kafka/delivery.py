@@ -42,6 +42,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from headrace.transport.base import Delivered, DeliveryError, Headers, Record, TransportError
 from headrace.transport.kafka import fixes
 from headrace.transport.kafka.diagnostics import producer_state
+from headrace.transport.kafka.shared_producer import SharedProducer
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class _Sent:
     value: bytes
     future: Any
     headers: Headers = ()
+    on: Any = None  # the producer it was sent on
 
 
 class ReliableProducer:
@@ -72,11 +74,15 @@ class ReliableProducer:
         factory: Callable[..., KafkaProducer],
         timeout_s: float,
         readback: ReadBack | None = None,
+        share: SharedProducer | None = None,
     ) -> None:
+        """``share``: the producer is the one the share's writers use (``factory`` unused;
+        see ``shared_producer``); without one this writer makes and closes its own."""
         self._factory = factory
         self.timeout_s = timeout_s
         self.readback = readback
-        self.producer = factory()
+        self._share = share
+        self.producer = share.acquire() if share is not None else factory()
         self._sent: list[_Sent] = []
         self._good: dict[tuple[str, int], int] = {}  # highest acknowledged offset seen
         self._tracked: dict[str, None] = {}  # track()'s topics, told a fresh producer too
@@ -95,13 +101,18 @@ class ReliableProducer:
     def send(
         self, topic: str, value: bytes, key: bytes | None = None, headers: Headers = ()
     ) -> None:
+        share = self._share
+        if share is not None and (not self._sent or share.given_up(self.producer)):
+            # onto the current producer while nothing of ours is on the old one (or it is
+            # closed: what we sent on it is read back at the flush)
+            self._use(share.adopt(self.producer))
         fixes.track_topic(self.producer, topic)
         try:
             future = fixes.send(self.producer, topic, key=key, value=value, headers=list(headers))
         except KafkaError as exc:  # no metadata for the topic within max_block_ms, ...
             retriable = bool(getattr(exc, "retriable", False)) or isinstance(exc, KafkaTimeoutError)
             raise TransportError(f"cannot send to {topic!r}: {exc!r}", retriable=retriable) from exc
-        self._sent.append(_Sent(topic, key, value, future, headers))
+        self._sent.append(_Sent(topic, key, value, future, headers, self.producer))
         if len(self._sent) >= PRUNE_AT:  # callers that rarely flush: forget the delivered
             self._sent = [s for s in self._sent if not _surely_stored(s)]
 
@@ -136,6 +147,20 @@ class ReliableProducer:
             waiting = [s for s in pending if not s.future.is_done]
             acked = [s for s in pending if s.future.is_done and s.future.succeeded()]
             failed = [s for s in pending if s.future.is_done and not s.future.succeeded()]
+            moved = False
+            if self._share is not None:
+                # records on a shared producer another writer closed as stuck: read back, as
+                # our own give-up does; only what is not there goes again
+                share = self._share
+                closed = [s for s in waiting + failed if share.given_up(s.on)]
+                if closed:
+                    found, missing = self._look_for(closed)
+                    delivered += found
+                    gone = {id(s) for s in closed}
+                    waiting = [s for s in waiting if id(s) not in gone]
+                    failed = [s for s in failed if id(s) not in gone] + missing
+                    self._use(share.adopt(self.producer))
+                    moved = True
             unsure = self._note_offsets(acked)
             lost = self._not_stored(unsure)
             failed += lost
@@ -148,7 +173,7 @@ class ReliableProducer:
                 if given_up is not None:
                     found, missing = given_up
                     delivered += found
-                    waiting, failed = [], failed + missing
+                    waiting, failed, moved = [], failed + missing, True
                 else:  # no fresh producer yet: try again next round, not a whole stall later
                     stuck_since = time.monotonic() - STALL_S
             if not failed and not waiting:
@@ -171,7 +196,7 @@ class ReliableProducer:
             log.warning(
                 "%d records not delivered (%r); sending them again", len(failed), _error(failed)
             )
-            if given_up is None:
+            if not moved:  # (on a fresh producer already when moved)
                 time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                 attempt += 1
                 self._replace()
@@ -245,16 +270,28 @@ class ReliableProducer:
         up, the records wait on) when there is no fresh producer or no read-back yet."""
         assert self.readback is not None
         stuck = self.producer
-        self._replace()
+        if self._share is not None:
+            fresh = self._share.give_up(stuck, bootstrap_timeout_ms=_replace_ms())
+            if fresh is not None:
+                self._use(fresh)
+                self.replaced += 1
+        else:
+            self._replace()
         if self.producer is stuck:
             return None
         log.warning(
             "%d records stuck on a producer; reading back before sending again", len(waiting)
         )
+        return self._look_for(waiting)
+
+    def _look_for(self, unsent: list[_Sent]) -> tuple[list[Delivered], list[_Sent]]:
+        """Records on a producer closed before they were answered: where those that reached
+        the log landed, and the rest (read back per partition; a partition that cannot be
+        read: all its records count as missing, sent again at worst twice)."""
         found: list[Delivered] = []
         missing: list[_Sent] = []
         by_partition: dict[tuple[str, int], list[_Sent]] = {}
-        for s in waiting:
+        for s in unsent:
             partition = _partition_of(s)
             if partition is None:
                 missing.append(s)  # never given a partition: it cannot have been sent
@@ -276,22 +313,40 @@ class ReliableProducer:
 
     def _replace(self) -> None:
         """A fresh producer first (creating one fails while the broker is unreachable: then
-        keep the old one and try again on the next round), then close the failed one."""
+        keep the old one and try again on the next round), then close the failed one (a
+        shared one: retired, closed once its last writer has left it)."""
         try:
-            fresh = self._factory(bootstrap_timeout_ms=int(REPLACE_BOOTSTRAP_S * 1000))
+            if self._share is not None:
+                fresh = self._share.replace(self.producer, bootstrap_timeout_ms=_replace_ms())
+            else:
+                fresh = self._factory(bootstrap_timeout_ms=_replace_ms())
         except Exception as exc:
             log.warning("no fresh producer yet (%r); keeping the old one", exc)
             return
-        old, self.producer = self.producer, fresh
-        fixes.track_topics(fresh, self._tracked)
-        try:
-            old.close(timeout=0)
-        except Exception:  # a producer in a fatal state may fail to close; it is dropped anyway
-            log.debug("closing the failed producer", exc_info=True)
+        old = self.producer
+        self._use(fresh)
+        if self._share is None:
+            try:
+                old.close(timeout=0)
+            except Exception:  # a producer in a fatal state may fail to close; dropped anyway
+                log.debug("closing the failed producer", exc_info=True)
         self.replaced += 1
 
+    def _use(self, producer: KafkaProducer) -> None:
+        """Send on ``producer`` from now on, our topics tracked there."""
+        if producer is not self.producer:
+            self.producer = producer
+            fixes.track_topics(producer, self._tracked)
+
     def close(self, timeout_s: float = 5) -> None:
-        self.producer.close(timeout=timeout_s)
+        if self._share is not None:
+            self._share.release(self.producer)
+        else:
+            self.producer.close(timeout=timeout_s)
+
+
+def _replace_ms() -> int:
+    return int(REPLACE_BOOTSTRAP_S * 1000)
 
 
 def _error(failed: list[_Sent]) -> object:

@@ -15,10 +15,11 @@ version fails at once with a message saying what to install, never silently.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import kafka
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import KafkaError
 
 from headrace.config.settings import Settings
@@ -34,6 +35,7 @@ from headrace.transport.kafka import clients
 from headrace.transport.kafka.delivery import ReliableProducer
 from headrace.transport.kafka.reader import KafkaReader
 from headrace.transport.kafka.scan import records_after, records_from_start
+from headrace.transport.kafka.shared_producer import SharedProducer
 
 SUPPORTED_VERSIONS = ("3.0.12",)
 
@@ -54,6 +56,8 @@ class KafkaTransport:
         self.settings = settings
         self.guarantees = guarantees_of(settings)
         self._admin: KafkaAdminClient | None = None  # for list_topics, opened on first use
+        self._shares: dict[bool, SharedProducer] = {}  # shared writers' producer, by idempotence
+        self._lock = threading.Lock()
 
     def reader(
         self,
@@ -67,17 +71,27 @@ class KafkaTransport:
             self.settings, group_id, reset=reset, max_poll_records=max_poll_records, busy=busy
         )
 
-    def writer(self, delivery_timeout_s: float, *, idempotent: bool = False) -> ReliableProducer:
+    def writer(
+        self, delivery_timeout_s: float, *, idempotent: bool = False, shared: bool = False
+    ) -> ReliableProducer:
         settings = self.settings
         overrides = {"enable_idempotence": True} if idempotent else {}
 
         def readback(topic: str, partition: int, offset: int | None) -> Iterator[Record]:
             return records_after(settings, topic, partition, offset)
 
+        def factory(**more: object) -> KafkaProducer:
+            return clients.producer(settings, **overrides, **more)
+
+        share = None
+        if shared:
+            with self._lock:
+                share = self._shares.setdefault(idempotent, SharedProducer(factory))
         return ReliableProducer(
-            lambda **more: clients.producer(settings, **overrides, **more),
+            factory,
             delivery_timeout_s,
             readback=readback if self.guarantees.loses_acked_records else None,
+            share=share,
         )
 
     def list_topics(self) -> set[str]:
@@ -102,8 +116,12 @@ class KafkaTransport:
         return records_after(self.settings, topic, partition, start)
 
     def close(self) -> None:
-        """Each reader and writer holds its own connections; this closes the one
-        ``list_topics`` opened."""
+        """Each reader and writer holds its own connections but shared writers; this closes
+        the shared writers' and the one ``list_topics`` opened."""
+        with self._lock:
+            shares, self._shares = list(self._shares.values()), {}
+        for share in shares:
+            share.close()
         if self._admin is not None:
             self._admin.close()
             self._admin = None
