@@ -1,6 +1,7 @@
 """Pipeline benchmark: one command, every figure measured in the same run.
 
-(a) raw model tokens/s: the model alone, in a tight loop, over the batches the pipeline formed;
+(a) raw model tokens/s: the model alone, in a tight loop, over the batches the pipeline formed
+    in (b), timed right after it;
 (a') and, where the pipeline runs one worker per core, as many loops at once (bench/raw.py)
 (b) pipeline tokens/s end to end (submit -> last reply), length buckets as configured, each
     bucket's waiting requests packed into batches of similar length
@@ -209,6 +210,12 @@ def main(
             vector_encoding=encoding,
             floor_topics=request_topics,
         )
+        # the raw loops right after (b), over the batches it formed, so that the machine's
+        # hour moves both alike (they ran after (b0) and (c), minutes later, before)
+        groups = [[texts[i] for i in idx] for idx in bucketed.batches.values()]
+        raw_loop = raw.one_loop(groups, settings)
+        workers = local_workers(settings.device, settings.torch_threads)
+        raw_parallel = raw.parallel_loops(groups, settings, workers) if workers > 1 else None
         arrival = (
             run_pipeline(
                 texts,
@@ -230,10 +237,6 @@ def main(
             if single
             else None
         )
-        groups = [[texts[i] for i in idx] for idx in bucketed.batches.values()]
-        raw_loop = raw.one_loop(groups, settings)
-        workers = local_workers(settings.device, settings.torch_threads)
-        raw_parallel = raw.parallel_loops(groups, settings, workers) if workers > 1 else None
     finally:
         if started_stack:
             stack.down()
