@@ -4,11 +4,11 @@ tests of the delivery policy (the real one is tested against the broker beside t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import IllegalStateError, KafkaTimeoutError
 from kafka.structs import TopicPartition
 
 from headrace.transport.base import Record
@@ -39,6 +39,7 @@ class FakeProducer:
     def __init__(self, stuck: bool, log: Log, refused: frozenset[bytes] = frozenset()) -> None:
         self.stuck, self.log, self.sent, self.closed = stuck, log, 0, False
         self.refused = refused
+        self.on_send: Callable[[], object] | None = None  # called once, at the next send
         client = SimpleNamespace(
             is_ready=lambda node: not stuck, in_flight_request_count=lambda n: 0
         )
@@ -47,7 +48,11 @@ class FakeProducer:
         self._accumulator = SimpleNamespace(_batches={}, muted=set())
 
     def send(self, topic: str, key: bytes | None, value: bytes, headers: Any) -> FakeFuture:
-        assert not self.closed, "sent on a closed producer"
+        if self.on_send is not None:
+            hook, self.on_send = self.on_send, None
+            hook()
+        if self.closed:
+            raise IllegalStateError("KafkaProducer already closed!")  # as kafka-python's
         self.sent += 1
         if self.stuck:
             return FakeFuture(topic, None)

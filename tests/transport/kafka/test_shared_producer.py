@@ -121,3 +121,18 @@ def test_a_writer_sends_on_after_another_gave_its_producer_up(
 
     assert sorted(d.key for d in b.flush()) == [b"b-0", b"b-1"]
     assert sorted(log) == sorted((k, k) for k in (b"a-0", b"b-0", b"b-1"))
+
+
+def test_a_send_that_meets_a_producer_closed_meanwhile_goes_on_the_fresh_one() -> None:
+    """Another writer gives the producer up between a writer's look and its send (a closed
+    producer refuses the send): the record goes on the fresh one, not back as an error."""
+    log: Log = []
+    first, fresh = FakeProducer(stuck=False, log=log), FakeProducer(stuck=False, log=log)
+    share = SharedProducer(_maker(first, fresh)[0])
+    b = _writer(share, log)
+    first.on_send = lambda: share.give_up(first)
+
+    b.send("t", b"b-0", key=b"b-0")
+
+    assert first.closed and b.producer is fresh
+    assert [d.key for d in b.flush()] == [b"b-0"] and log == [(b"b-0", b"b-0")]

@@ -110,6 +110,10 @@ class ReliableProducer:
         try:
             future = fixes.send(self.producer, topic, key=key, value=value, headers=list(headers))
         except KafkaError as exc:  # no metadata for the topic within max_block_ms, ...
+            if share is not None and share.given_up(self.producer):
+                # closed by another writer since we looked: on the fresh one
+                self._use(share.adopt(self.producer))
+                return self.send(topic, value, key, headers)
             retriable = bool(getattr(exc, "retriable", False)) or isinstance(exc, KafkaTimeoutError)
             raise TransportError(f"cannot send to {topic!r}: {exc!r}", retriable=retriable) from exc
         self._sent.append(_Sent(topic, key, value, future, headers, self.producer))
