@@ -34,11 +34,18 @@ class FakeFuture:
 class FakeProducer:
     """``stuck`` answers nothing and its leader never connects; otherwise each record lands
     at the next offset of one log, but those whose key is in ``refused`` (refused, not
-    stored)."""
+    stored); those whose key is in ``unsure`` are stored but acknowledged without an offset
+    (tansu's first answer after a restart)."""
 
-    def __init__(self, stuck: bool, log: Log, refused: frozenset[bytes] = frozenset()) -> None:
+    def __init__(
+        self,
+        stuck: bool,
+        log: Log,
+        refused: frozenset[bytes] = frozenset(),
+        unsure: frozenset[bytes] = frozenset(),
+    ) -> None:
         self.stuck, self.log, self.sent, self.closed = stuck, log, 0, False
-        self.refused = refused
+        self.refused, self.unsure = refused, unsure
         self.on_send: Callable[[], object] | None = None  # called once, at the next send
         client = SimpleNamespace(
             is_ready=lambda node: not stuck, in_flight_request_count=lambda n: 0
@@ -59,7 +66,7 @@ class FakeProducer:
         if key in self.refused:
             return FakeFuture(topic, None, refused=True)
         self.log.append((key, value))
-        return FakeFuture(topic, len(self.log) - 1)
+        return FakeFuture(topic, -1 if key in self.unsure else len(self.log) - 1)
 
     def flush(self, timeout: float) -> None:
         if self.stuck:
