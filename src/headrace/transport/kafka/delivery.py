@@ -65,9 +65,6 @@ class _Sent:
     future: Any
     headers: Headers = ()
     on: Any = None  # the producer it was sent on
-    # the writer's highest acknowledged offsets when it was sent (``_floor``): where it is,
-    # if it reached the log, is past them
-    floor: dict[tuple[str, int], int] | None = None
 
 
 class ReliableProducer:
@@ -94,6 +91,7 @@ class ReliableProducer:
         # (tansu's first answer after a restart), and a read-back from past the later one
         # missed the earlier, which was sent again (a duplicate, seen with shared writers)
         self._floor: dict[tuple[str, int], int] = {}
+        self._fresh: dict[tuple[str, int], int] = {}  # ``_good`` moved since (to ``_floor``)
         self._tracked: dict[str, None] = {}  # track()'s topics, told a fresh producer too
         self.replaced = 0
         self._pushed_on: KafkaProducer | None = None  # the producer ``push`` raised a flag on
@@ -125,7 +123,7 @@ class ReliableProducer:
                 return self.send(topic, value, key, headers)
             retriable = bool(getattr(exc, "retriable", False)) or isinstance(exc, KafkaTimeoutError)
             raise TransportError(f"cannot send to {topic!r}: {exc!r}", retriable=retriable) from exc
-        self._sent.append(_Sent(topic, key, value, future, headers, self.producer, self._floor))
+        self._sent.append(_Sent(topic, key, value, future, headers, self.producer))
         if len(self._sent) >= PRUNE_AT:  # callers that rarely flush: forget the delivered
             self._sent = [s for s in self._sent if not _surely_stored(s)]
 
@@ -189,8 +187,9 @@ class ReliableProducer:
                     waiting, failed, moved = [], failed + missing, True
                 else:  # no fresh producer yet: try again next round, not a whole stall later
                     stuck_since = time.monotonic() - STALL_S
-            if not failed and not waiting:
-                self._floor = dict(self._good)
+            if not failed and not waiting:  # all of ours acknowledged: what comes lands past
+                self._floor.update(self._fresh)
+                self._fresh.clear()
                 return delivered
             if time.monotonic() >= deadline:
                 for s in waiting[:3]:
@@ -227,7 +226,7 @@ class ReliableProducer:
                 unsure.append(s)
             else:
                 key = (meta.topic, meta.partition)
-                self._good[key] = max(self._good.get(key, -1), meta.offset)
+                self._good[key] = self._fresh[key] = max(self._good.get(key, -1), meta.offset)
         return unsure
 
     def _not_stored(self, unsure: list[_Sent]) -> list[_Sent]:
@@ -243,7 +242,7 @@ class ReliableProducer:
             by_partition.setdefault((s.topic, s.future.value.partition), []).append(s)
         for (topic, partition), group in by_partition.items():
             try:
-                held = self._read_back(topic, partition, group)
+                held = self._read_back(topic, partition)
             except Exception as exc:
                 log.warning(
                     "could not read %s[%d] back (%r); assuming stored", topic, partition, exc
@@ -260,18 +259,14 @@ class ReliableProducer:
             missing += gone
         return missing
 
-    def _read_back(
-        self, topic: str, partition: int, looked_for: list[_Sent]
-    ) -> dict[tuple[bytes | None, bytes], int]:
-        """The partition's records past where ``looked_for`` can be: (key, value) -> offset.
-        From the lowest floor they were sent over; a record sent before this writer's first
-        acknowledgement there has none: from the last offset known good then (reading the
-        partition from its start instead could read a long reply topic whole)."""
+    def _read_back(self, topic: str, partition: int) -> dict[tuple[bytes | None, bytes], int]:
+        """The partition's records past where the flush's records can be: (key, value) ->
+        offset. From ``_floor`` (every record not yet acknowledged was sent after it); a
+        partition this writer has no complete flush on yet: from the last offset known good
+        (reading it from its start instead could read a long reply topic whole)."""
         assert self.readback is not None
         tp = (topic, partition)
-        floors = [s.floor.get(tp) if s.floor is not None else None for s in looked_for]
-        known = [f for f in floors if f is not None]
-        start = min(known) if len(known) == len(floors) else self._good.get(tp)
+        start = self._floor.get(tp, self._good.get(tp))
         return {
             (r.key, r.value): r.offset
             for r in self.readback(topic, partition, None if start is None else start + 1)
@@ -321,7 +316,7 @@ class ReliableProducer:
                 by_partition.setdefault((s.topic, partition), []).append(s)
         for (topic, partition), group in by_partition.items():
             try:
-                held = self._read_back(topic, partition, group)
+                held = self._read_back(topic, partition)
             except Exception as exc:
                 log.warning("could not read %s[%d] back (%r): sending again", topic, partition, exc)
                 held = {}  # the stuck producer is closed: sent again, at worst twice
