@@ -12,7 +12,7 @@ from headrace.config.settings import Settings
 from headrace.connections import broker_url
 from headrace.schemas.messages import Batch
 from headrace.schemas.wire import batch_body
-from headrace.workers import task_body
+from headrace.workers import broker_fixes, task_body
 
 TASK_NAME = "headrace.run_batch"
 
@@ -21,7 +21,8 @@ def celery_app(settings: Settings) -> Celery:
     """A Celery app on the Redis broker, JSON only (a batch's task is framed JSON,
     ``task_body``), late acks, prefetch 1. A worker reads its queues in the order it lists
     them (kombu's ``priority`` strategy, not round robin): the online lane's before the bulk
-    lane's."""
+    lane's. kombu's Redis channel gets a fix first (``broker_fixes``)."""
+    broker_fixes.apply()
     app = Celery("headrace", broker=broker_url(settings))
     app.conf.update(
         task_serializer="json",
